@@ -1,0 +1,82 @@
+// Argument checks for public entry points (run in every build type).
+//
+// Messages follow one pattern: "<function>: <argument> is <rows>x<cols> but <other> is <rows>x<cols>".
+#pragma once
+
+#include "diffattn/core/error.hpp"
+#include "diffattn/core/types.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+
+namespace diffattn::detail {
+
+/// A matrix argument as error messages name it.
+struct NamedShape {
+    const char* name;
+    Index rows;
+    Index cols;
+};
+
+template <typename Matrix>
+NamedShape named(const char* name, const Matrix& m) {
+    return {name, m.rows(), m.cols()};
+}
+
+inline std::string describe(const NamedShape& a) { return concat(a.name, " is ", a.rows, "x", a.cols); }
+
+/// Throws ShapeError unless a and b have the same number of columns.
+inline void require_same_cols(const char* function, const NamedShape& a, const NamedShape& b) {
+    require<ShapeError>(a.cols == b.cols, function, ": ", describe(a), " but ", describe(b),
+                        " (column counts must match)");
+}
+
+/// Throws ShapeError unless a and b have the same number of rows.
+inline void require_same_rows(const char* function, const NamedShape& a, const NamedShape& b) {
+    require<ShapeError>(a.rows == b.rows, function, ": ", describe(a), " but ", describe(b),
+                        " (row counts must match)");
+}
+
+/// Throws ShapeError unless a and b have the same shape.
+inline void require_same_shape(const char* function, const NamedShape& a, const NamedShape& b) {
+    require<ShapeError>(a.rows == b.rows && a.cols == b.cols, function, ": ", describe(a), " but ",
+                        describe(b), " (shapes must match)");
+}
+
+/// Throws ShapeError unless `m` is exactly rows x cols.
+inline void require_shape(const char* function, const NamedShape& m, Index rows, Index cols) {
+    require<ShapeError>(m.rows == rows && m.cols == cols, function, ": ", describe(m), " but must be ", rows,
+                        "x", cols);
+}
+
+/// True when the memory spans of two strided row-major views overlap.
+template <typename A, typename B>
+bool memory_overlaps(const A& a, const B& b) {
+    if (a.size() == 0 || b.size() == 0) return false;
+    const auto span = [](const auto& m) {
+        const auto* first = reinterpret_cast<const unsigned char*>(m.data());
+        const auto* last = reinterpret_cast<const unsigned char*>(m.data() + (m.rows() - 1) * m.outerStride() +
+                                                                  (m.cols() - 1) * m.innerStride());
+        return std::pair{first, last + sizeof(*m.data())};
+    };
+    const auto [a_begin, a_end] = span(a);
+    const auto [b_begin, b_end] = span(b);
+    return std::less<>{}(a_begin, b_end) && std::less<>{}(b_begin, a_end);
+}
+
+/// Throws ShapeError if the output shares memory with an input (outputs are written while
+/// inputs are still being read, so aliasing would give a silently wrong answer).
+template <typename Out, typename In>
+void require_no_alias(const char* function, const char* out_name, const Out& out, const char* in_name,
+                      const In& in) {
+    require<ShapeError>(!memory_overlaps(out, in), function, ": ", out_name, " overlaps the memory of ", in_name,
+                        "; the output must not alias an input");
+}
+
+/// Throws OptionError unless `value` is finite.
+inline void require_finite(const char* function, const char* name, double value) {
+    require<OptionError>(std::isfinite(value), function, ": ", name, " must be finite, got ", value);
+}
+
+}  // namespace diffattn::detail
