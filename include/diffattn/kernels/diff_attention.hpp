@@ -1,0 +1,73 @@
+// Differential attention (SPEC 2.2): O = (A1 - lambda A2) V, computed as O1 - lambda O2 where
+// Oi = softmax(s Qi Ki^T + M) V are two runs of the shared tiled core over the same V.
+#pragma once
+
+#include "diffattn/kernels/attention_core.hpp"
+
+namespace diffattn {
+namespace detail {
+
+/// Shapes and lambda of a DIFF/DINT call: Q1 ~ Q2, K1 ~ K2, then the common single-map checks.
+template <typename T>
+ResolvedOptions check_differential(const char* function, const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1,
+                                   const ConstMatrixRef<T>& q2, const ConstMatrixRef<T>& k2,
+                                   const ConstMatrixRef<T>& v, T lambda, const MatrixRef<T>& out,
+                                   const AttentionOptions& options) {
+    require_same_shape(function, named("Q2", q2), named("Q1", q1));
+    require_same_shape(function, named("K2", k2), named("K1", k1));
+    require_no_alias(function, "out", out, "Q2", q2);
+    require_no_alias(function, "out", out, "K2", k2);
+    require_finite(function, "lambda", static_cast<double>(lambda));
+    return check_attention<T>(function, "Q1", "K1", "V", q1, k1, v, out, options);
+}
+
+/// The two maps of one query block: fills `map1`, `map2` and writes out = O1 - lambda O2
+/// for rows [q_begin, q_begin + q_rows). Shared by DIFF and DINT.
+template <typename T, typename Mask>
+void differential_block(const DotProductLogits<T>& logits1, const DotProductLogits<T>& logits2, T scale,
+                        const Mask& mask, Index q_begin, Index q_rows, const ConstMatrixRef<T>& v, T lambda,
+                        AttentionWorkspace<T>& ws, MatrixRef<T>& out) {
+    OnlineSoftmaxState<T>& map1 = ws.state(0);
+    OnlineSoftmaxState<T>& map2 = ws.state(1);
+    attend_block(logits1, scale, mask, q_begin, q_rows, v, ws.logits(), map1);
+    attend_block(logits2, scale, mask, q_begin, q_rows, v, ws.logits(), map2);
+    for (Index r = 0; r < q_rows; ++r) {
+        out.row(q_begin + r) = map1.normalized_row(r) - lambda * map2.normalized_row(r);
+    }
+}
+
+template <typename T>
+void diff_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, const ConstMatrixRef<T>& q2,
+                    const ConstMatrixRef<T>& k2, const ConstMatrixRef<T>& v, T lambda, MatrixRef<T> out,
+                    const AttentionOptions& options, AttentionWorkspace<T>* workspace) {
+    const ResolvedOptions resolved = check_differential<T>("diff_attention", q1, k1, q2, k2, v, lambda, out, options);
+    AttentionWorkspace<T> local;
+    AttentionWorkspace<T>& ws = prepare_workspace(workspace, local, q1.rows(), k1.rows(), q1.cols(), v.cols());
+    const DotProductLogits<T> logits1(q1, k1), logits2(q2, k2);
+    dispatch_mask(resolved.mask, q1.rows(), k1.rows(), resolved.valid_len, [&](const auto& mask) {
+        for_each_query_block(q1.rows(), [&](Index q_begin, Index q_rows) {
+            differential_block(logits1, logits2, T(resolved.scale), mask, q_begin, q_rows, v, lambda, ws, out);
+        });
+    });
+}
+
+}  // namespace detail
+
+/// Differential attention of one head (SPEC 2.2): out = (softmax(s Q1 K1^T + M) - lambda softmax(s Q2 K2^T + M)) V.
+///   q1, q2 [N x d]; k1, k2 [S x d], S >= N; v [S x dv] (dv = 2d in the DIFF Transformer); out [N x dv].
+///   Heads may be column blocks of wider row-major matrices; out must not alias the inputs.
+/// Throws ShapeError / OptionError naming the argument and shapes.
+inline void diff_attention(const ConstMatrixRef<float>& q1, const ConstMatrixRef<float>& k1,
+                           const ConstMatrixRef<float>& q2, const ConstMatrixRef<float>& k2,
+                           const ConstMatrixRef<float>& v, float lambda, MatrixRef<float> out,
+                           const AttentionOptions& options = {}, AttentionWorkspace<float>* workspace = nullptr) {
+    detail::diff_attention<float>(q1, k1, q2, k2, v, lambda, out, options, workspace);
+}
+inline void diff_attention(const ConstMatrixRef<double>& q1, const ConstMatrixRef<double>& k1,
+                           const ConstMatrixRef<double>& q2, const ConstMatrixRef<double>& k2,
+                           const ConstMatrixRef<double>& v, double lambda, MatrixRef<double> out,
+                           const AttentionOptions& options = {}, AttentionWorkspace<double>* workspace = nullptr) {
+    detail::diff_attention<double>(q1, k1, q2, k2, v, lambda, out, options, workspace);
+}
+
+}  // namespace diffattn

@@ -1,0 +1,43 @@
+// Softmax attention (SPEC 2.1): O = softmax(s Q K^T + M) V, computed tile by tile.
+#pragma once
+
+#include "diffattn/kernels/attention_core.hpp"
+
+namespace diffattn {
+namespace detail {
+
+template <typename T>
+void softmax_attention(const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k, const ConstMatrixRef<T>& v,
+                       MatrixRef<T> out, const AttentionOptions& options, AttentionWorkspace<T>* workspace) {
+    const ResolvedOptions resolved = check_attention<T>("softmax_attention", "Q", "K", "V", q, k, v, out, options);
+    AttentionWorkspace<T> local;
+    AttentionWorkspace<T>& ws = prepare_workspace(workspace, local, q.rows(), k.rows(), q.cols(), v.cols());
+    OnlineSoftmaxState<T>& state = ws.state(0);
+    const DotProductLogits<T> logits(q, k);
+    dispatch_mask(resolved.mask, q.rows(), k.rows(), resolved.valid_len, [&](const auto& mask) {
+        for_each_query_block(q.rows(), [&](Index q_begin, Index q_rows) {
+            attend_block(logits, T(resolved.scale), mask, q_begin, q_rows, v, ws.logits(), state);
+            state.normalize_into(out.middleRows(q_begin, q_rows));
+        });
+    });
+}
+
+}  // namespace detail
+
+/// Softmax attention of one head (SPEC 2.1).
+///   q [N x d], k [S x d], v [S x dv] with S >= N; out [N x dv], written (caller-owned, must not alias inputs).
+///   Any argument may be a column block of a wider row-major matrix (one head of many); no copy is made.
+///   workspace: optional scratch reused across calls (else a temporary one is allocated).
+/// Throws ShapeError / OptionError naming the argument and shapes.
+inline void softmax_attention(const ConstMatrixRef<float>& q, const ConstMatrixRef<float>& k,
+                              const ConstMatrixRef<float>& v, MatrixRef<float> out,
+                              const AttentionOptions& options = {}, AttentionWorkspace<float>* workspace = nullptr) {
+    detail::softmax_attention<float>(q, k, v, out, options, workspace);
+}
+inline void softmax_attention(const ConstMatrixRef<double>& q, const ConstMatrixRef<double>& k,
+                              const ConstMatrixRef<double>& v, MatrixRef<double> out,
+                              const AttentionOptions& options = {}, AttentionWorkspace<double>* workspace = nullptr) {
+    detail::softmax_attention<double>(q, k, v, out, options, workspace);
+}
+
+}  // namespace diffattn
