@@ -1,0 +1,242 @@
+// diffattn-forward: run a differential-attention decoder over a token sequence and print the
+// next-token prediction.
+//
+//   diffattn-forward                           the embedded demo model (no files needed)
+//   diffattn-forward --model DIR               DIR/config.json + DIR/model.safetensors (SPEC 5)
+//   diffattn-forward --tokens "3 14 15 92"     the input token ids
+//   diffattn-forward --logits out.safetensors  also write all logits as F32 tensor `logits` [tokens, vocab]
+//   diffattn-forward --threads 4               attention heads on 4 threads (OpenMP builds)
+//   diffattn-forward --precision double        compute in double instead of float
+//
+// The embedded demo model is a DINT Transformer (the family's flagship) with seeded weights
+// (init_parameters_uniform, seed 1234), the same on every platform:
+//   attention dint (dint_integral causal_softmax), hidden_size 64, num_attention_heads 4,
+//   num_key_value_heads 2 (GQA, diff_gqa_pairing per_head), num_hidden_layers 2,
+//   intermediate_size 172, vocab_size 256, rms_norm_eps 1e-5, rope_theta 10000, untied lm_head.
+//
+// A bad flag, file or token id prints a message naming the problem and exits with status 2.
+// Results do not depend on --threads (each head writes its own output columns).
+#include "diffattn/io/safetensors.hpp"
+#include "diffattn/model/config_json.hpp"
+#include "diffattn/model/decoder_model.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <iomanip>
+#include <iostream>
+#include <numeric>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace diffattn;
+
+constexpr std::uint64_t kDemoSeed = 1234;
+
+/// The default input: the digits of pi in pairs (mapped into the vocabulary when it is smaller).
+const std::vector<Token> kDefaultTokens = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26, 43, 38, 32, 79};
+
+ModelConfig demo_config() {
+    ModelConfig c;
+    c.attention = AttentionKind::dint;
+    c.dint_integral = DintIntegral::causal_softmax;
+    c.hidden_size = 64;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.num_hidden_layers = 2;
+    c.intermediate_size = 172;
+    c.vocab_size = 256;
+    return c;
+}
+
+/// A command-line problem: printed with the usage hint, exit status 2.
+struct UsageError {
+    std::string message;
+};
+
+struct Options {
+    std::optional<std::string> model_dir;
+    std::optional<std::string> tokens_text;
+    std::optional<std::string> logits_path;
+    int threads = 1;
+    bool use_double = false;
+};
+
+void print_help(std::ostream& out) {
+    out << "usage: diffattn-forward [--model DIR] [--tokens \"ID ID ...\"] [--logits FILE]\n"
+           "                        [--threads T] [--precision float|double] [--help]\n"
+           "\n"
+           "Runs a differential-attention decoder (diffattn) over a token sequence and prints the\n"
+           "configuration, the parameter count, the time and the top-5 next tokens.\n"
+           "\n"
+           "  --model DIR        model directory with config.json and model.safetensors (SPEC 5).\n"
+           "                     Default: an embedded demo DINT model with seeded weights\n"
+           "                     (hidden_size 64, 4 heads, 2 kv heads, 2 layers, vocab 256).\n"
+           "  --tokens \"...\"     token ids separated by spaces or commas. Default: the digits of\n"
+           "                     pi in pairs, 3 14 15 92 65 35 89 79 ... (modulo vocab_size).\n"
+           "  --logits FILE      write the logits [tokens, vocab] as F32 tensor `logits` to a\n"
+           "                     safetensors file.\n"
+           "  --threads T        run attention heads on T threads (OpenMP builds; default 1).\n"
+           "                     The results do not depend on T.\n"
+           "  --precision P      float (default) or double.\n"
+           "  --help             this text.\n"
+           "\n"
+           "Exit status: 0 on success, 2 for a bad flag, file, configuration or token id.\n";
+}
+
+int parse_positive_int(const std::string& flag, const std::string& text) {
+    std::size_t used = 0;
+    long value = 0;
+    try {
+        value = std::stol(text, &used);
+    } catch (...) {
+        used = 0;
+    }
+    if (used != text.size() || text.empty() || value < 1 || value > 1024) {
+        throw UsageError{flag + " needs an integer in [1, 1024], got \"" + text + "\""};
+    }
+    return static_cast<int>(value);
+}
+
+Options parse_arguments(int argc, char** argv) {
+    Options options;
+    for (int i = 1; i < argc; ++i) {
+        const std::string flag = argv[i];
+        if (flag == "--help" || flag == "-h") {
+            print_help(std::cout);
+            std::exit(0);
+        }
+        const auto value = [&]() -> std::string {
+            if (i + 1 >= argc) throw UsageError{flag + " needs a value"};
+            return argv[++i];
+        };
+        if (flag == "--model") {
+            options.model_dir = value();
+        } else if (flag == "--tokens") {
+            options.tokens_text = value();
+        } else if (flag == "--logits") {
+            options.logits_path = value();
+        } else if (flag == "--threads") {
+            options.threads = parse_positive_int(flag, value());
+        } else if (flag == "--precision") {
+            const std::string p = value();
+            if (p != "float" && p != "double") throw UsageError{"--precision must be float or double, got \"" + p + "\""};
+            options.use_double = p == "double";
+        } else {
+            throw UsageError{"unknown argument \"" + flag + "\""};
+        }
+    }
+    return options;
+}
+
+/// Token ids from "3 14 15" or "3,14,15"; each must be an integer in [0, vocab_size).
+std::vector<Token> parse_tokens(const std::string& text, Index vocab_size) {
+    std::string spaced = text;
+    std::replace(spaced.begin(), spaced.end(), ',', ' ');
+    std::istringstream in(spaced);
+    std::vector<Token> tokens;
+    std::string word;
+    while (in >> word) {
+        std::size_t used = 0;
+        long long id = -1;
+        try {
+            id = std::stoll(word, &used);
+        } catch (...) {
+            used = 0;
+        }
+        if (used != word.size()) throw UsageError{"--tokens: \"" + word + "\" is not an integer token id"};
+        if (id < 0 || id >= vocab_size) {
+            throw UsageError{"--tokens: token id " + word + " (position " + std::to_string(tokens.size()) +
+                             ") is outside the vocabulary [0, " + std::to_string(vocab_size) + ")"};
+        }
+        tokens.push_back(static_cast<Token>(id));
+    }
+    if (tokens.empty()) throw UsageError{"--tokens: no token ids in \"" + text + "\""};
+    return tokens;
+}
+
+template <typename T>
+int run(const Options& options) {
+    // 1. The model.
+    std::vector<std::string> warnings;
+    const DecoderModel<T> model = options.model_dir ? DecoderModel<T>::load(*options.model_dir, &warnings)
+                                                    : DecoderModel<T>::seeded(demo_config(), kDemoSeed);
+    for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
+    const ModelConfig& config = model.config();
+
+    // 2. The tokens.
+    std::vector<Token> tokens;
+    if (options.tokens_text) {
+        tokens = parse_tokens(*options.tokens_text, config.vocab_size);
+    } else {
+        for (Token t : kDefaultTokens) tokens.push_back(static_cast<Token>(t % config.vocab_size));
+    }
+    const Index n = static_cast<Index>(tokens.size());
+
+    std::cout << "model: " << (options.model_dir ? *options.model_dir : std::string("embedded demo model (seed 1234)"))
+              << "\n"
+              << config << "parameters: " << model.parameter_count() << "\n"
+              << "precision: " << (std::is_same_v<T, double> ? "double" : "float") << "\n";
+    int threads = options.threads;
+#if !defined(DIFFATTN_HAS_OPENMP)
+    if (threads > 1) std::cout << "note: built without OpenMP, running on 1 thread\n";
+    threads = 1;
+#endif
+    std::cout << "threads: " << threads << "\n"
+              << "tokens (" << n << "):";
+    for (Token t : tokens) std::cout << " " << t;
+    std::cout << "\n";
+
+    // 3. The forward pass: a warm-up call, then a timed one (same state, same result).
+    ForwardState<T> state = model.make_state(n, threads);
+    RowMatrix<T> logits(n, config.vocab_size);  // [tokens x vocab]
+    model.forward(tokens, state, logits);
+    const auto start = std::chrono::steady_clock::now();
+    model.forward(tokens, state, logits);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << std::fixed << std::setprecision(3) << "forward: " << seconds * 1e3 << " ms, " << std::setprecision(1)
+              << static_cast<double>(n) / std::max(seconds, 1e-12) << " tokens/s\n";
+
+    // 4. Top-5 next tokens after the last position.
+    const auto last = logits.row(n - 1);
+    std::vector<Index> order(static_cast<std::size_t>(config.vocab_size));
+    std::iota(order.begin(), order.end(), Index(0));
+    const std::size_t k = std::min<std::size_t>(5, order.size());
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                      [&](Index a, Index b) { return last(a) > last(b) || (last(a) == last(b) && a < b); });
+    std::cout << "top-" << k << " next tokens:\n" << std::setprecision(6);
+    for (std::size_t i = 0; i < k; ++i) {
+        std::cout << "  " << std::setw(6) << order[i] << "  logit " << std::setw(12) << static_cast<double>(last(order[i]))
+                  << "\n";
+    }
+
+    // 5. Optionally all logits to a safetensors file.
+    if (options.logits_path) {
+        write_safetensors(*options.logits_path, {{"logits", TensorView(logits)}});
+        std::cout << "wrote logits [" << n << ", " << config.vocab_size << "] to " << *options.logits_path << "\n";
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        const Options options = parse_arguments(argc, argv);
+        return options.use_double ? run<double>(options) : run<float>(options);
+    } catch (const UsageError& e) {
+        std::cerr << "diffattn-forward: " << e.message << "\n(see diffattn-forward --help)\n";
+        return 2;
+    } catch (const diffattn::Error& e) {  // bad model directory, config.json, tensor, output file
+        std::cerr << "diffattn-forward: " << e.what() << "\n";
+        return 2;
+    } catch (const std::exception& e) {
+        std::cerr << "diffattn-forward: unexpected error: " << e.what() << "\n";
+        return 1;
+    }
+}

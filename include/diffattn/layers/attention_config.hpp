@@ -1,0 +1,239 @@
+// Geometry of the multi-head attention modules (SPEC 3): the attention kind, the head layout
+// and every derived width, as a plain struct with accessors (the llama.cpp hparams style).
+//
+// Buffers of one call, all row-major with one row per token:
+//   Q [N x q_width()]   n_query_maps() maps of width head_dim(), map t at columns [t d, (t+1) d)
+//   K [S x k_width()]   n_key_maps()   maps of width head_dim()
+//   V [S x v_width()]   n_value_heads() heads of width value_dim()
+//   O [N x out_width()] n_heads heads of width value_dim(), head h at [h dv, (h+1) dv)
+#pragma once
+
+#include "diffattn/core/error.hpp"
+#include "diffattn/core/types.hpp"
+#include "diffattn/kernels/options.hpp"
+#include "diffattn/layers/lambda.hpp"
+
+#include <cmath>
+#include <string>
+
+namespace diffattn {
+
+/// config.json `attention` (SPEC 5).
+enum class AttentionKind {
+    softmax,      ///< baseline multi-head attention (SPEC 3.2)
+    diff,         ///< DIFF Transformer (SPEC 3.1)
+    dint,         ///< DINT Transformer: DIFF plus the integral term (SPEC 2.3, 3.1)
+    shared_diff,  ///< Shared DIFF: shared base plus low-rank per-head factors (SPEC 3.3)
+    diff_v2,      ///< DIFF Transformer V2: per-token sigmoid lambda (SPEC 3.4)
+};
+
+/// config.json `diff_gqa_pairing`: which key sub-heads the two maps of a grouped head use (SPEC 3.1).
+enum class DiffGqaPairing {
+    per_head,     ///< map m of head h uses key sub-head 2 (h / rep) + m (official FlashAttention modules)
+    per_subhead,  ///< query sub-head t uses key sub-head t / rep (official plain-PyTorch module)
+};
+
+inline const char* to_string(AttentionKind kind) {
+    switch (kind) {
+        case AttentionKind::softmax: return "softmax";
+        case AttentionKind::diff: return "diff";
+        case AttentionKind::dint: return "dint";
+        case AttentionKind::shared_diff: return "shared_diff";
+        case AttentionKind::diff_v2: return "diff_v2";
+    }
+    return "?";
+}
+inline const char* to_string(DiffGqaPairing pairing) {
+    return pairing == DiffGqaPairing::per_head ? "per_head" : "per_subhead";
+}
+inline const char* to_string(DintIntegral integral) {
+    switch (integral) {
+        case DintIntegral::causal_softmax: return "causal_softmax";
+        case DintIntegral::causal_mean: return "causal_mean";
+        case DintIntegral::global_mean: return "global_mean";
+    }
+    return "?";
+}
+
+/// Parses the config.json spellings; false if `text` is not one of them.
+inline bool parse_attention_kind(const std::string& text, AttentionKind& kind) {
+    for (AttentionKind k : {AttentionKind::softmax, AttentionKind::diff, AttentionKind::dint,
+                            AttentionKind::shared_diff, AttentionKind::diff_v2}) {
+        if (text == to_string(k)) { kind = k; return true; }
+    }
+    return false;
+}
+inline bool parse_gqa_pairing(const std::string& text, DiffGqaPairing& pairing) {
+    for (DiffGqaPairing p : {DiffGqaPairing::per_head, DiffGqaPairing::per_subhead}) {
+        if (text == to_string(p)) { pairing = p; return true; }
+    }
+    return false;
+}
+inline bool parse_dint_integral(const std::string& text, DintIntegral& integral) {
+    for (DintIntegral i : {DintIntegral::causal_softmax, DintIntegral::causal_mean, DintIntegral::global_mean}) {
+        if (text == to_string(i)) { integral = i; return true; }
+    }
+    return false;
+}
+
+/// Everything one attention module needs to know. Field comments give the config.json key.
+struct AttentionConfig {
+    AttentionKind kind = AttentionKind::diff;                    ///< `attention`
+    Index d_model = 0;                                           ///< `hidden_size` (D)
+    Index n_heads = 0;                                           ///< `num_attention_heads` (H)
+    Index n_kv_heads = 0;                                        ///< `num_key_value_heads` (Hkv; 0 means H)
+    Index v2_head_dim = 0;                                       ///< `head_dim` (diff_v2 only)
+    Index shared_diff_rank = 0;                                  ///< `shared_diff_rank` (r, shared_diff only)
+    DiffGqaPairing gqa_pairing = DiffGqaPairing::per_head;       ///< `diff_gqa_pairing`
+    DintIntegral dint_integral = DintIntegral::causal_softmax;   ///< `dint_integral` (dint only)
+    bool causal = true;                                          ///< `causal`: mask causal, else none
+    double rope_theta = 10000.0;                                 ///< `rope_theta`
+    Index depth = 0;                                             ///< layer index, for lambda_init
+
+    // ---- Derived values -------------------------------------------------------------------
+    Index kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+    /// rep = H / Hkv: query heads per key/value head.
+    Index rep() const { return n_heads / kv_heads(); }
+    /// Two maps per head (DIFF family) or one (softmax).
+    bool differential() const { return kind != AttentionKind::softmax; }
+    /// d: width of one query/key map. softmax D/H; diff, dint, shared_diff D/H/2; diff_v2 head_dim.
+    Index head_dim() const {
+        switch (kind) {
+            case AttentionKind::softmax: return d_model / n_heads;
+            case AttentionKind::diff_v2: return v2_head_dim;
+            default: return d_model / n_heads / 2;
+        }
+    }
+    /// Number of query maps: H (softmax) or 2H (every differential kind).
+    Index n_query_maps() const { return differential() ? 2 * n_heads : n_heads; }
+    /// Number of key maps: softmax Hkv; diff, dint 2 Hkv; shared_diff 2H; diff_v2 Hkv.
+    Index n_key_maps() const {
+        switch (kind) {
+            case AttentionKind::softmax:
+            case AttentionKind::diff_v2: return kv_heads();
+            case AttentionKind::shared_diff: return 2 * n_heads;
+            default: return 2 * kv_heads();
+        }
+    }
+    /// Number of value heads: H for shared_diff (no grouping), else Hkv.
+    Index n_value_heads() const { return kind == AttentionKind::shared_diff ? n_heads : kv_heads(); }
+    /// dv: width of one value head, which is also the width of one head's output:
+    /// 2d for diff, dint, shared_diff (the two maps share one V); d for softmax and diff_v2.
+    Index value_dim() const {
+        return (kind == AttentionKind::softmax || kind == AttentionKind::diff_v2) ? head_dim() : 2 * head_dim();
+    }
+    Index q_width() const { return n_query_maps() * head_dim(); }
+    Index k_width() const { return n_key_maps() * head_dim(); }
+    Index v_width() const { return n_value_heads() * value_dim(); }
+    /// Width of the concatenated head outputs, the input of out_proj / o_proj: H dv.
+    Index out_width() const { return n_heads * value_dim(); }
+
+    /// Query map of map m (0 or 1) of head h (SPEC 3.1: sub-heads 2h and 2h+1).
+    Index query_map(Index h, Index m) const { return differential() ? 2 * h + m : h; }
+    /// Key map used by map m of head h (SPEC 3.1 diff_gqa_pairing, 3.2, 3.3, 3.4).
+    Index key_map(Index h, Index m) const {
+        switch (kind) {
+            case AttentionKind::softmax: return h / rep();
+            case AttentionKind::shared_diff: return 2 * h + m;
+            case AttentionKind::diff_v2: return (2 * h + m) / (2 * n_heads / kv_heads());
+            default:
+                return gqa_pairing == DiffGqaPairing::per_head ? 2 * (h / rep()) + m : (2 * h + m) / rep();
+        }
+    }
+    /// Value head used by map m of head h.
+    Index value_head(Index h, Index m) const {
+        switch (kind) {
+            case AttentionKind::shared_diff: return h;
+            case AttentionKind::diff_v2: return (2 * h + m) / (2 * n_heads / kv_heads());
+            default: return h / rep();
+        }
+    }
+
+    /// A learnable lambda (lambda_q1 ... lambda_k2) and lambda_init: diff, dint, shared_diff.
+    bool has_lambda() const {
+        return kind == AttentionKind::diff || kind == AttentionKind::dint || kind == AttentionKind::shared_diff;
+    }
+    /// The per-head subln: diff, dint, shared_diff.
+    bool has_subln() const { return has_lambda(); }
+    double lambda_init() const { return diffattn::lambda_init(depth); }
+    /// Factor after subln: (1 - lambda_init) for diff and shared_diff only (SPEC 3.1, 3.3); 1 otherwise.
+    double output_scale() const {
+        return (kind == AttentionKind::diff || kind == AttentionKind::shared_diff) ? 1.0 - lambda_init() : 1.0;
+    }
+    MaskKind mask() const { return causal ? MaskKind::causal : MaskKind::none; }
+    /// Name of the output projection: `out_proj` (SPEC 3.1-3.3) or `o_proj` (diff_v2, SPEC 3.4).
+    const char* out_proj_name() const { return kind == AttentionKind::diff_v2 ? "o_proj" : "out_proj"; }
+
+    /// Number of parameters (docs/model.md):
+    ///   softmax:     D^2 (q) + 2 D^2/rep (k, v) + D^2 (out)
+    ///   diff, dint:  D^2 (q) + 2 D^2/rep (k, v) + D^2 (out) + 4d (lambda) + 2d (subln),   d = D/H/2
+    ///   shared_diff: 2 d D (bases) + 4 H r (D + d) (factors) + 2 D^2 (v, out) + 4d + 2d
+    ///   diff_v2:     2H d D (q) + 2 Hkv d D (k, v) + H d D (o) + H D (lambda_proj)
+    Index parameter_count() const {
+        const Index D = d_model, H = n_heads, d = head_dim(), r = shared_diff_rank;
+        const Index lambda_and_subln = has_lambda() ? 4 * d + 2 * d : 0;
+        switch (kind) {
+            case AttentionKind::shared_diff:
+                return 2 * d * D + 4 * H * r * (D + d) + 2 * D * D + lambda_and_subln;
+            case AttentionKind::diff_v2:
+                return D * (q_width() + k_width() + v_width()) + out_width() * D + H * D;
+            default:
+                return D * (q_width() + k_width() + v_width()) + out_width() * D + lambda_and_subln;
+        }
+    }
+
+    /// Throws ConfigError naming the config.json key if the geometry is impossible.
+    void validate() const {
+        const char* where = "attention config: ";
+        require<ConfigError>(d_model > 0, where, "hidden_size must be > 0, got ", d_model);
+        require<ConfigError>(n_heads > 0, where, "num_attention_heads must be > 0, got ", n_heads);
+        require<ConfigError>(n_kv_heads >= 0, where, "num_key_value_heads must be > 0, got ", n_kv_heads);
+        require<ConfigError>(n_heads % kv_heads() == 0, where, "num_key_value_heads (", kv_heads(),
+                             ") must divide num_attention_heads (", n_heads, ")");
+        switch (kind) {
+            case AttentionKind::softmax:
+                require<ConfigError>(d_model % n_heads == 0, where, "hidden_size (", d_model,
+                                     ") must be divisible by num_attention_heads (", n_heads, ") for attention softmax");
+                break;
+            case AttentionKind::diff_v2:
+                require<ConfigError>(v2_head_dim > 0, where,
+                                     "head_dim must be set (> 0) for attention diff_v2, got ", v2_head_dim);
+                break;
+            default:
+                require<ConfigError>(d_model % (2 * n_heads) == 0, where, "hidden_size (", d_model,
+                                     ") must be divisible by 2 * num_attention_heads (", 2 * n_heads,
+                                     ") for attention ", to_string(kind));
+                break;
+        }
+        if (kind == AttentionKind::shared_diff) {
+            require<ConfigError>(shared_diff_rank > 0, where,
+                                 "shared_diff_rank must be set (> 0) for attention shared_diff, got ",
+                                 shared_diff_rank);
+            require<ConfigError>(kv_heads() == n_heads, where, "num_key_value_heads (", kv_heads(),
+                                 ") must equal num_attention_heads (", n_heads,
+                                 ") for attention shared_diff (its v_proj has no grouping, SPEC 3.3)");
+        }
+        require<ConfigError>(head_dim() % 2 == 0, where, "the query/key map width d = ", head_dim(),
+                             " must be even for the interleaved rotary embedding (attention ", to_string(kind),
+                             head_dim_source(), ")");
+        require<ConfigError>(rope_theta > 0 && std::isfinite(rope_theta), where, "rope_theta must be > 0, got ",
+                             rope_theta);
+        require<ConfigError>(depth >= 0, where, "layer index must be >= 0, got ", depth);
+        if (kind == AttentionKind::dint && dint_integral == DintIntegral::global_mean) {
+            require<ConfigError>(!causal, where,
+                                 "dint_integral global_mean sees the future and needs \"causal\": false "
+                                 "(a bidirectional encoder stack)");
+        }
+    }
+
+private:
+    const char* head_dim_source() const {
+        switch (kind) {
+            case AttentionKind::softmax: return ", d = hidden_size / num_attention_heads";
+            case AttentionKind::diff_v2: return ", d = head_dim";
+            default: return ", d = hidden_size / num_attention_heads / 2";
+        }
+    }
+};
+
+}  // namespace diffattn

@@ -1,0 +1,92 @@
+// The per-head step of the multi-head modules, one small policy per attention kind (SPEC 3).
+//
+// Everything around the heads (projections, rotary, subln, output projection) is shared by all
+// kinds and lives in MultiHeadAttention; a policy only says which single-head kernel turns the
+// head's maps into its output columns:
+//   SoftmaxHeads  kernel 2.1 on map h                                   (softmax)
+//   DiffHeads     kernel 2.2 on maps 2h, 2h+1 with the layer's lambda    (diff, shared_diff)
+//   DintHeads     kernel 2.3, same maps, plus the integral               (dint)
+//   DiffV2Heads   two kernels 2.1, O[2h] - sigmoid(l[n, h]) O[2h+1]       (diff_v2)
+// Heads are middleCols blocks of the call's buffers: no head is ever copied.
+#pragma once
+
+#include "diffattn/core/types.hpp"
+#include "diffattn/core/workspace.hpp"
+#include "diffattn/kernels/diff_attention.hpp"
+#include "diffattn/kernels/dint_attention.hpp"
+#include "diffattn/kernels/options.hpp"
+#include "diffattn/kernels/softmax_attention.hpp"
+#include "diffattn/layers/attention_config.hpp"
+
+namespace diffattn {
+
+/// Views of one call's buffers, as a head sees them. Shared read-only by all head tasks; each
+/// task writes only its own columns of `heads` and `second`.
+template <typename T>
+struct HeadContext {
+    const AttentionConfig& config;
+    ConstMatrixRef<T> q;            ///< [N x q_width]   rotated queries
+    ConstMatrixRef<T> k;            ///< [S x k_width]   rotated keys, S >= N (S > N with a KV cache)
+    ConstMatrixRef<T> v;            ///< [S x v_width]   values
+    mutable MatrixRef<T> heads;     ///< [N x out_width] head outputs (written per head)
+    mutable MatrixRef<T> second;    ///< diff_v2: [N x out_width] O[2h+1] (written per head); else unused
+    ConstMatrixRef<T> lambda_gate;  ///< diff_v2: [N x H] sigmoid(l); else unused
+    T lambda;                       ///< DIFF family: the layer's lambda (SPEC 2.5)
+    AttentionOptions options;       ///< mask (causal / none), default scale 1/sqrt(d)
+    DintHistory<T>* dint_histories; ///< dint with a KV cache: [H] per-head histories; nullptr without
+
+    Index d() const { return config.head_dim(); }
+    Index dv() const { return config.value_dim(); }
+    /// Query map of map m of head h: [N x d].
+    auto query(Index h, Index m) const { return q.middleCols(config.query_map(h, m) * d(), d()); }
+    /// Key map used by map m of head h: [S x d].
+    auto key(Index h, Index m) const { return k.middleCols(config.key_map(h, m) * d(), d()); }
+    /// Value head used by map m of head h: [S x dv].
+    auto value(Index h, Index m) const { return v.middleCols(config.value_head(h, m) * dv(), dv()); }
+    /// Output columns of head h: [N x dv].
+    auto output(Index h) const { return heads.middleCols(h * dv(), dv()); }
+    /// diff_v2: where O[2h+1] goes: [N x dv].
+    auto second_output(Index h) const { return second.middleCols(h * dv(), dv()); }
+    DintHistory<T>* dint_history(Index h) const { return dint_histories ? dint_histories + h : nullptr; }
+};
+
+/// softmax (SPEC 3.2): O_h = softmax(s Q_h K_g^T + M) V_g, g = h / rep.
+struct SoftmaxHeads {
+    template <typename T>
+    static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws) {
+        softmax_attention(c.query(h, 0), c.key(h, 0), c.value(h, 0), c.output(h), c.options, &ws);
+    }
+};
+
+/// diff and shared_diff (SPEC 2.2, 3.1, 3.3): O_h = (A1 - lambda A2) V_g.
+struct DiffHeads {
+    template <typename T>
+    static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws) {
+        diff_attention(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1), c.value(h, 0), c.lambda,
+                       c.output(h), c.options, &ws);
+    }
+};
+
+/// dint (SPEC 2.3, 3.1): O_h = (A1 - lambda A2 + lambda I) V_g.
+struct DintHeads {
+    template <typename T>
+    static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws) {
+        dint_attention(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1), c.value(h, 0), c.lambda,
+                       c.config.dint_integral, c.output(h), c.options, c.dint_history(h), &ws);
+    }
+};
+
+/// diff_v2 (SPEC 3.4): O_h = O[2h] - sigmoid(l[:, h]) O[2h+1], each O[t] an ordinary softmax
+/// attention of query head t over kv head t / (2H / Hkv).
+struct DiffV2Heads {
+    template <typename T>
+    static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws) {
+        auto out = c.output(h);           // [N x d]  O[2h], then the head's output
+        auto second = c.second_output(h); // [N x d]  O[2h+1]
+        softmax_attention(c.query(h, 0), c.key(h, 0), c.value(h, 0), out, c.options, &ws);
+        softmax_attention(c.query(h, 1), c.key(h, 1), c.value(h, 1), second, c.options, &ws);
+        out.noalias() -= c.lambda_gate.col(h).asDiagonal() * second;
+    }
+};
+
+}  // namespace diffattn

@@ -1,0 +1,58 @@
+// Per-caller activation buffers of a multi-head attention module, allocated once for a maximum
+// number of tokens (the llama2.c run-state idea). The module itself is const during a forward,
+// so any number of threads can share one module, each with its own scratch.
+#pragma once
+
+#include "diffattn/core/error.hpp"
+#include "diffattn/core/types.hpp"
+#include "diffattn/core/workspace.hpp"
+#include "diffattn/layers/attention_config.hpp"
+#include "diffattn/layers/head_parallel.hpp"
+#include "diffattn/layers/rotary.hpp"
+
+#include <vector>
+
+namespace diffattn {
+
+template <typename T>
+struct AttentionScratch {
+    RowMatrix<T> q;              ///< [max_len x q_width]     projected, then rotated queries
+    RowMatrix<T> k;              ///< [max_len x k_width]     projected, then rotated keys
+    RowMatrix<T> v;              ///< [max_len x v_width]     values
+    RowMatrix<T> heads;          ///< [max_len x out_width]   head outputs, head h at [h dv, (h+1) dv)
+    RowMatrix<T> second;         ///< diff_v2: [max_len x out_width] O[2h+1] of every head; else empty
+    RowMatrix<T> lambda_gate;    ///< diff_v2: [max_len x H] sigmoid(x lambda_proj^T); else empty
+    RowMatrix<T> shared_base;    ///< shared_diff: [max_len x 2d]    X q_base^T | X k_base^T; else empty
+    RowMatrix<T> shared_xa;      ///< shared_diff: [max_len x 4H r]  X q_a | X k_a; else empty
+    RotaryTable<T> rotary;       ///< cos / sin for positions [0, max_len), maps of width d
+    std::vector<AttentionWorkspace<T>> workspaces;  ///< kernel scratch, one per thread
+    int threads = 1;             ///< heads run on this many threads (1 without OpenMP)
+
+    AttentionScratch() = default;
+
+    /// Buffers for calls of up to `max_len` tokens of modules with this geometry (every layer of
+    /// a model shares one geometry, so one scratch serves all its layers).
+    AttentionScratch(const AttentionConfig& config, Index max_len, int requested_threads = 1)
+        : q(max_len, config.q_width()),
+          k(max_len, config.k_width()),
+          v(max_len, config.v_width()),
+          heads(max_len, config.out_width()),
+          rotary(config.head_dim(), max_len, config.rope_theta),
+          threads(detail::available_threads(requested_threads)) {
+        require<ShapeError>(max_len > 0, "AttentionScratch: max_len must be > 0, got ", max_len);
+        if (config.kind == AttentionKind::diff_v2) {
+            second.resize(max_len, config.out_width());
+            lambda_gate.resize(max_len, config.n_heads);
+        }
+        if (config.kind == AttentionKind::shared_diff) {
+            shared_base.resize(max_len, 2 * config.head_dim());
+            shared_xa.resize(max_len, 4 * config.n_heads * config.shared_diff_rank);
+        }
+        workspaces.resize(static_cast<std::size_t>(threads));
+        for (auto& ws : workspaces) ws.reserve(max_len, max_len, config.head_dim(), config.value_dim());
+    }
+
+    Index max_len() const { return q.rows(); }
+};
+
+}  // namespace diffattn

@@ -1,0 +1,237 @@
+// Multi-head attention modules of SPEC 3: softmax, diff, dint, shared_diff, diff_v2 — one
+// module, with the attention kind as a small head policy (layers/attention_heads.hpp) chosen in
+// exactly one switch.
+//
+// forward(x), as in the papers:
+//   Q, K, V = projections of x                     (dense, or Shared DIFF through its factors)
+//   Q, K    = interleaved rotary on every map      (positions from the first token, cache included)
+//   per head h (in parallel over heads):
+//     O_h = kernel(maps of head h)                 (the policy)
+//     O_h = (1 - lambda_init?) * subln(O_h)        (DIFF family; the factor for diff, shared_diff)
+//   y = concat_h(O_h) out_proj^T
+//
+// KV cache (SPEC 6, a later step): the rotated K and V rows of the new tokens are appended to a
+// per-layer cache and the heads read S = cached + N rows; positions start at the cache length and
+// DINT heads pass their DintHistory. The kernels already take that S >= N form, so the cache
+// only changes where `keys` / `values` / `first_position` come from in forward().
+#pragma once
+
+#include "diffattn/core/checks.hpp"
+#include "diffattn/core/error.hpp"
+#include "diffattn/core/types.hpp"
+#include "diffattn/layers/attention_config.hpp"
+#include "diffattn/layers/attention_heads.hpp"
+#include "diffattn/layers/attention_scratch.hpp"
+#include "diffattn/layers/head_parallel.hpp"
+#include "diffattn/layers/lambda.hpp"
+#include "diffattn/layers/linear.hpp"
+#include "diffattn/layers/parameters.hpp"
+#include "diffattn/layers/rms_norm.hpp"
+#include "diffattn/layers/shared_diff.hpp"
+
+#include <string>
+
+namespace diffattn {
+
+/// Weights of one attention module. Which members are used depends on the kind; unused ones are
+/// empty. Shapes in nn.Linear layout [out x in]; d, dv, widths as in AttentionConfig.
+template <typename T>
+struct AttentionWeights {
+    RowMatrix<T> q_proj;         ///< [q_width x D]  `q_proj.weight` (shared_diff: merged weights after merge())
+    RowMatrix<T> k_proj;         ///< [k_width x D]  `k_proj.weight` (shared_diff: merged weights after merge())
+    RowMatrix<T> v_proj;         ///< [v_width x D]  `v_proj.weight`
+    RowMatrix<T> out_proj;       ///< [D x out_width] `out_proj.weight` (diff_v2: `o_proj.weight`)
+    RowMatrix<T> lambda_proj;    ///< diff_v2: [H x D] `lambda_proj.weight`
+    DiffLambda<T> lambda;        ///< diff, dint, shared_diff: 4 x [d] `lambda_q1` ... `lambda_k2`
+    RmsNorm<T> subln;            ///< diff, dint, shared_diff: [2d] `subln.weight`, eps 1e-5
+    SharedDiffFactors<T> shared; ///< shared_diff: bases and low-rank factors
+};
+
+template <typename T>
+class MultiHeadAttention {
+public:
+    /// A module with all-zero projections (norm weights one) for this geometry; validates it.
+    explicit MultiHeadAttention(const AttentionConfig& config) : config_(config) {
+        config_.validate();
+        const Index D = config_.d_model, d = config_.head_dim();
+        AttentionWeights<T>& w = weights_;
+        if (config_.kind == AttentionKind::shared_diff) {
+            w.shared = SharedDiffFactors<T>(D, config_.n_heads, d, config_.shared_diff_rank);
+        } else {
+            w.q_proj = RowMatrix<T>::Zero(config_.q_width(), D);
+            w.k_proj = RowMatrix<T>::Zero(config_.k_width(), D);
+        }
+        w.v_proj = RowMatrix<T>::Zero(config_.v_width(), D);
+        w.out_proj = RowMatrix<T>::Zero(D, config_.out_width());
+        if (config_.kind == AttentionKind::diff_v2) w.lambda_proj = RowMatrix<T>::Zero(config_.n_heads, D);
+        if (config_.has_lambda()) w.lambda = DiffLambda<T>(d);
+        if (config_.has_subln()) w.subln = RmsNorm<T>(2 * d, kSublnEps);
+    }
+
+    const AttentionConfig& config() const { return config_; }
+    const AttentionWeights<T>& weights() const { return weights_; }
+    /// Mutable weights. Changing the Shared DIFF factors after merge() needs another merge().
+    AttentionWeights<T>& weights() { return weights_; }
+
+    /// The model-file tensors of this module under `prefix` (e.g. "model.layers.3.self_attn."),
+    /// in the order of SPEC 3, each viewing its storage here. Handing out writable views drops a
+    /// Shared DIFF merge (the factors may change).
+    void collect_parameters(const std::string& prefix, ParameterList<T>& list) {
+        AttentionWeights<T>& w = weights_;
+        if (config_.kind == AttentionKind::shared_diff) {
+            unmerge();
+            w.shared.collect_parameters(prefix, list);
+        } else {
+            list.add(prefix + "q_proj.weight", w.q_proj);
+            list.add(prefix + "k_proj.weight", w.k_proj);
+        }
+        list.add(prefix + "v_proj.weight", w.v_proj);
+        list.add(prefix + config_.out_proj_name() + ".weight", w.out_proj);
+        if (config_.kind == AttentionKind::diff_v2) list.add(prefix + "lambda_proj.weight", w.lambda_proj);
+        if (config_.has_lambda()) {
+            list.add(prefix + "lambda_q1", w.lambda.q1);
+            list.add(prefix + "lambda_k1", w.lambda.k1);
+            list.add(prefix + "lambda_q2", w.lambda.q2);
+            list.add(prefix + "lambda_k2", w.lambda.k2);
+        }
+        if (config_.has_subln()) list.add(prefix + "subln.weight", w.subln.weight);
+    }
+
+    /// Number of parameters (AttentionConfig::parameter_count; merged Shared DIFF weights are a
+    /// cache of the factors and not counted).
+    Index parameter_count() const { return config_.parameter_count(); }
+
+    /// Shared DIFF: precompute the full per-map projection matrices q_proj, k_proj [2H d x D]
+    /// (W_t = base + b_t a_t^T), so forward() projects with one GEMM each instead of through the
+    /// factors. No-op for other kinds.
+    void merge() {
+        if (config_.kind != AttentionKind::shared_diff) return;
+        weights_.shared.merge_into(weights_.q_proj, weights_.k_proj);
+        merged_ = true;
+    }
+    /// Shared DIFF: go back to projecting through the factors (drops the merged matrices).
+    void unmerge() {
+        if (config_.kind != AttentionKind::shared_diff) return;
+        weights_.q_proj.resize(0, 0);
+        weights_.k_proj.resize(0, 0);
+        merged_ = false;
+    }
+    bool merged() const { return merged_; }
+
+    /// The layer's lambda (SPEC 2.5) for the DIFF family; 0 for softmax and diff_v2.
+    double lambda() const { return config_.has_lambda() ? weights_.lambda.value(config_.lambda_init()) : 0.0; }
+
+    /// y = Attention(x) for one sequence of N tokens at positions 0 .. N-1.
+    ///   x [N x D] (the module input, after input_layernorm), out [N x D] (caller-owned, must not
+    ///   alias x); scratch built for this geometry with max_len >= N. Const: any number of threads
+    ///   may run forward() on one module at once, each with its own scratch.
+    void forward(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch) const {
+        const Index n = x.rows();
+        check_call(x, out, scratch);
+        if (n == 0) return;
+        auto q = scratch.q.topRows(n);          // [N x q_width]
+        auto k = scratch.k.topRows(n);          // [N x k_width]
+        auto v = scratch.v.topRows(n);          // [N x v_width]
+        auto heads = scratch.heads.topRows(n);  // [N x out_width]
+
+        // 1. Projections (SPEC 3.1-3.4).
+        project_queries_and_keys(x, q, k, scratch);
+        linear<T>(x, weights_.v_proj, v);
+
+        // 2. Rotary on every query and key map (SPEC 3.1); positions start at the cache length.
+        const Index first_position = 0;
+        scratch.rotary.apply(q, first_position);
+        scratch.rotary.apply(k, first_position);
+
+        // 3. Keys and values the heads attend to: this call's S = N rows (a KV cache would
+        //    append k, v to its rows and hand over all S = cached + N of them here).
+        const ConstMatrixRef<T> keys = k;    // [S x k_width]
+        const ConstMatrixRef<T> values = v;  // [S x v_width]
+
+        // 4. Per-kind scalars: the layer's lambda (DIFF family) or the per-token gates (diff_v2).
+        if (config_.kind == AttentionKind::diff_v2) {
+            auto gate = scratch.lambda_gate.topRows(n);  // [N x H]
+            linear<T>(x, weights_.lambda_proj, gate);
+            gate.array() = T(1) / (T(1) + (-gate.array()).exp());  // sigmoid
+        }
+        AttentionOptions options;
+        options.mask = config_.mask();
+        HeadContext<T> context{config_,
+                               q,
+                               keys,
+                               values,
+                               heads,
+                               config_.kind == AttentionKind::diff_v2 ? MatrixRef<T>(scratch.second.topRows(n))
+                                                                      : MatrixRef<T>(heads),
+                               config_.kind == AttentionKind::diff_v2
+                                   ? ConstMatrixRef<T>(scratch.lambda_gate.topRows(n))
+                                   : ConstMatrixRef<T>(heads),
+                               static_cast<T>(lambda()),
+                               options,
+                               nullptr};
+
+        // 5. The heads: kernel, then subln and the output factor. The one switch from the runtime
+        //    kind to its compile-time policy.
+        switch (config_.kind) {
+            case AttentionKind::softmax: run_heads<SoftmaxHeads>(context, scratch); break;
+            case AttentionKind::diff:
+            case AttentionKind::shared_diff: run_heads<DiffHeads>(context, scratch); break;
+            case AttentionKind::dint: run_heads<DintHeads>(context, scratch); break;
+            case AttentionKind::diff_v2: run_heads<DiffV2Heads>(context, scratch); break;
+        }
+
+        // 6. Output projection of the concatenated heads.
+        linear<T>(heads, weights_.out_proj, out);
+    }
+
+private:
+    void check_call(const ConstMatrixRef<T>& x, const MatrixRef<T>& out, const AttentionScratch<T>& scratch) const {
+        constexpr const char* function = "MultiHeadAttention::forward";
+        detail::require_shape(function, detail::named("x", x), x.rows(), config_.d_model);
+        detail::require_shape(function, detail::named("out", out), x.rows(), config_.d_model);
+        detail::require_no_alias(function, "out", out, "x", x);
+        require<ShapeError>(x.rows() <= scratch.max_len(), function, ": x has ", x.rows(),
+                            " tokens but the scratch holds at most ", scratch.max_len());
+        require<ShapeError>(scratch.q.cols() == config_.q_width() && scratch.k.cols() == config_.k_width() &&
+                                scratch.v.cols() == config_.v_width() &&
+                                scratch.heads.cols() == config_.out_width() &&
+                                scratch.rotary.head_dim() == config_.head_dim(),
+                            function, ": the scratch was built for another attention geometry");
+        require<ShapeError>(config_.kind != AttentionKind::diff_v2 || scratch.second.rows() >= x.rows(), function,
+                            ": the scratch has no diff_v2 buffers");
+        require<ShapeError>(config_.kind != AttentionKind::shared_diff || merged_ ||
+                                scratch.shared_xa.rows() >= x.rows(),
+                            function, ": the scratch has no shared_diff buffers");
+    }
+
+    void project_queries_and_keys(const ConstMatrixRef<T>& x, MatrixRef<T> q, MatrixRef<T> k,
+                                  AttentionScratch<T>& scratch) const {
+        if (config_.kind == AttentionKind::shared_diff && !merged_) {
+            const Index n = x.rows();
+            weights_.shared.project(x, scratch.shared_base.topRows(n), scratch.shared_xa.topRows(n), q, k);
+            return;
+        }
+        linear<T>(x, weights_.q_proj, q);
+        linear<T>(x, weights_.k_proj, k);
+    }
+
+    template <typename Policy>
+    void run_heads(const HeadContext<T>& context, AttentionScratch<T>& scratch) const {
+        const bool subln = config_.has_subln();
+        const T output_scale = static_cast<T>(config_.output_scale());
+        detail::for_each_head(config_.n_heads, scratch.threads, scratch.workspaces,
+                              [&](Index h, AttentionWorkspace<T>& workspace) {
+                                  Policy::run(context, h, workspace);
+                                  if (subln) {
+                                      auto head = context.output(h);  // [N x 2d]
+                                      weights_.subln.apply(head, head, output_scale);
+                                  }
+                              });
+    }
+
+    AttentionConfig config_;
+    AttentionWeights<T> weights_;
+    bool merged_ = false;  // shared_diff: q_proj / k_proj hold the merged factors
+};
+
+}  // namespace diffattn

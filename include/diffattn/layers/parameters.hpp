@@ -1,0 +1,160 @@
+// Named parameter views: one list, three uses (loading, seeded initialisation, counting).
+//
+// Every module describes its tensors once, by model-file name and file shape, with views of the
+// storage the tensor goes to. The loader checks each file tensor against the shape and copies it
+// in; the seeded initialiser fills the same views; the parameter count is the sum of the shapes
+// (and is checked against the documented closed-form formulas).
+//
+// A tensor's storage may be split: a 3-D file tensor [H, rows, cols] (Shared DIFF's per-head
+// factors) goes to H slices of [rows x cols] that live inside wider compute-friendly matrices.
+#pragma once
+
+#include "diffattn/core/error.hpp"
+#include "diffattn/core/types.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace diffattn {
+
+/// A writable [rows x cols] row-major view with an outer stride (a matrix, a vector seen as one
+/// row, or a block of a wider row-major matrix).
+template <typename T>
+struct ParameterSlice {
+    T* data = nullptr;
+    Index rows = 0;
+    Index cols = 0;
+    Index outer_stride = 0;
+
+    using Map = Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>>;
+    Map map() const { return Map(data, rows, cols, Eigen::OuterStride<>(outer_stride)); }
+
+    static ParameterSlice of(RowMatrix<T>& m) { return {m.data(), m.rows(), m.cols(), m.cols()}; }
+    static ParameterSlice of(Vector<T>& v) { return {v.data(), 1, v.size(), v.size()}; }
+    /// Rows [row, row + rows) x columns [col, col + cols) of a row-major matrix.
+    static ParameterSlice block(RowMatrix<T>& m, Index row, Index col, Index rows, Index cols) {
+        return {m.data() + row * m.cols() + col, rows, cols, m.cols()};
+    }
+};
+
+/// One tensor of the model file.
+template <typename T>
+struct Parameter {
+    std::string name;                     ///< e.g. "model.layers.0.self_attn.q_proj.weight"
+    std::vector<Index> shape;             ///< shape in the file, e.g. {out, in}, {d}, {H, D, r}
+    std::vector<ParameterSlice<T>> slices;///< 1 slice for 1-D / 2-D tensors, shape[0] slices for 3-D ones
+
+    /// Number of scalars.
+    Index size() const {
+        return std::accumulate(shape.begin(), shape.end(), Index(1), std::multiplies<Index>());
+    }
+    /// True for 1-D tensors (norm weights, lambda vectors).
+    bool is_vector() const { return shape.size() == 1; }
+};
+
+/// The tensors of a module, in model-file order, each with a view of its storage.
+template <typename T>
+class ParameterList {
+public:
+    using Item = Parameter<T>;
+
+    /// A 2-D tensor [rows, cols] stored in `m`.
+    void add(std::string name, RowMatrix<T>& m) {
+        items_.push_back({std::move(name), {m.rows(), m.cols()}, {ParameterSlice<T>::of(m)}});
+    }
+    /// A 1-D tensor [n] stored in `v`.
+    void add(std::string name, Vector<T>& v) {
+        items_.push_back({std::move(name), {v.size()}, {ParameterSlice<T>::of(v)}});
+    }
+    /// A 3-D tensor [slices.size(), rows, cols] whose slice i is stored in slices[i].
+    void add_stacked(std::string name, std::vector<ParameterSlice<T>> slices) {
+        require<ShapeError>(!slices.empty(), "ParameterList: stacked tensor ", name, " has no slices");
+        const Index rows = slices.front().rows, cols = slices.front().cols;
+        items_.push_back({std::move(name), {static_cast<Index>(slices.size()), rows, cols}, std::move(slices)});
+    }
+
+    const std::vector<Item>& items() const { return items_; }
+    std::vector<Item>& items() { return items_; }
+    auto begin() { return items_.begin(); }
+    auto end() { return items_.end(); }
+    auto begin() const { return items_.begin(); }
+    auto end() const { return items_.end(); }
+    std::size_t size() const { return items_.size(); }
+
+    /// Total number of scalars.
+    Index parameter_count() const {
+        Index total = 0;
+        for (const Item& item : items_) total += item.size();
+        return total;
+    }
+
+private:
+    std::vector<Item> items_;
+};
+
+/// A portable seeded generator of uniform values in [-1, 1): the same numbers on every platform
+/// and standard library (std::uniform_real_distribution is implementation-defined, this is not).
+class SeededUniform {
+public:
+    explicit SeededUniform(std::uint64_t seed) : state_(seed) {}
+
+    /// SplitMix64 step mapped to [-1, 1) with 53 random bits.
+    double next() {
+        std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        return static_cast<double>(z >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+    }
+
+private:
+    std::uint64_t state_;
+};
+
+namespace detail {
+inline bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace detail
+
+/// Seeded initialisation for demos and tests (not a training recipe):
+///  - norm weights (`*norm.weight`, `*layernorm.weight`, `subln.weight`): 1 + 0.1 u
+///  - lambda vectors (`lambda_q1` ...): 0.1 u (the official code draws them from N(0, 0.1^2))
+///  - every other tensor: u / sqrt(fan_in), fan_in = last dimension (nn.Linear's bound);
+///    the token embedding uses u (Shared DIFF's `*_a` [H, D, r] factors use fan_in = D).
+/// with u uniform in [-1, 1). Tensors are filled in list order from one stream, so the values
+/// depend only on the seed and the configuration.
+template <typename T>
+void init_parameters_uniform(ParameterList<T>& parameters, std::uint64_t seed) {
+    SeededUniform random(seed);
+    for (Parameter<T>& p : parameters) {
+        const bool is_norm = p.is_vector() && detail::ends_with(p.name, "norm.weight");
+        const bool is_subln = detail::ends_with(p.name, "subln.weight");
+        const bool is_lambda = p.name.find("lambda_") != std::string::npos && p.is_vector();
+        const bool is_embedding = detail::ends_with(p.name, "embed_tokens.weight");
+        // fan_in: the contracted dimension. 3-D Shared DIFF factors: `*_a` [H, D, r] is applied as
+        // X a (fan_in D), `*_b` [H, d, r] as (X a) b^T (fan_in r).
+        const bool is_a_factor = p.shape.size() == 3 && detail::ends_with(p.name, "_a");
+        const double fan_in = static_cast<double>(is_a_factor ? p.shape[1] : p.shape.back());
+        for (const ParameterSlice<T>& slice : p.slices) {
+            auto m = slice.map();
+            for (Index r = 0; r < m.rows(); ++r) {
+                for (Index c = 0; c < m.cols(); ++c) {
+                    const double u = random.next();
+                    double value = u / std::sqrt(fan_in);
+                    if (is_norm || is_subln) value = 1.0 + 0.1 * u;
+                    else if (is_lambda) value = 0.1 * u;
+                    else if (is_embedding) value = u;
+                    m(r, c) = static_cast<T>(value);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace diffattn

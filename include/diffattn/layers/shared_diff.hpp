@@ -1,0 +1,111 @@
+// Shared DIFF projections (SPEC 3.3, shared-diff-transformer): every query/key map is a shared
+// base plus a per-head low-rank correction,
+//   Q1[h] = X (q_base^T + q1_a[h] q1_b[h]^T),  likewise Q2 (q2_*), K1 (k1_*), K2 (k2_*).
+//
+// Two ways to compute it, which agree up to rounding (tested):
+//   factored: Q_t = X q_base^T + (X a_t) b_t^T        O(N D d + N D 2H r + N 2H r d)
+//   merged:   Q = X W^T with W_t = q_base + b_t a_t^T  O(N D 2H d), after a one-off merge
+// The factored form is cheaper whenever r is small next to d; the merged form turns the module
+// into a plain DIFF module with rep = 1 (one GEMM for all maps).
+//
+// Storage is compute-friendly: map t = 2h + m (m = 0 for q1/k1, 1 for q2/k2) of every head sits
+// side by side, so X a for all maps is one GEMM. The model file's [H, D, r] / [H, d, r] tensors
+// are scattered into it by the parameter list (layers/parameters.hpp).
+#pragma once
+
+#include "diffattn/core/types.hpp"
+#include "diffattn/layers/parameters.hpp"
+
+#include <string>
+#include <vector>
+
+namespace diffattn {
+
+template <typename T>
+struct SharedDiffFactors {
+    RowMatrix<T> q_base;  ///< [d x D]      `q_base.weight`
+    RowMatrix<T> k_base;  ///< [d x D]      `k_base.weight`
+    RowMatrix<T> q_a;     ///< [D x 2H r]   map t = 2h + m at columns [t r, (t+1) r): q1_a[h] (m = 0), q2_a[h] (m = 1)
+    RowMatrix<T> k_a;     ///< [D x 2H r]   k1_a[h], k2_a[h] likewise
+    RowMatrix<T> q_b;     ///< [2H d x r]   map t at rows [t d, (t+1) d): q1_b[h], q2_b[h]
+    RowMatrix<T> k_b;     ///< [2H d x r]   k1_b[h], k2_b[h] likewise
+
+    SharedDiffFactors() = default;
+    SharedDiffFactors(Index d_model, Index n_heads, Index head_dim, Index rank)
+        : q_base(RowMatrix<T>::Zero(head_dim, d_model)), k_base(RowMatrix<T>::Zero(head_dim, d_model)),
+          q_a(RowMatrix<T>::Zero(d_model, 2 * n_heads * rank)), k_a(RowMatrix<T>::Zero(d_model, 2 * n_heads * rank)),
+          q_b(RowMatrix<T>::Zero(2 * n_heads * head_dim, rank)), k_b(RowMatrix<T>::Zero(2 * n_heads * head_dim, rank)) {}
+
+    Index head_dim() const { return q_base.rows(); }
+    Index rank() const { return q_b.cols(); }
+    Index n_maps() const { return q_b.rows() / q_base.rows(); }  // 2H
+
+    /// Factored projection of queries and keys.
+    ///   x [N x D]; base [N x 2d] and xa [N x 4 H r] scratch; q, k [N x 2H d] (map t at [t d, (t+1) d)).
+    void project(const ConstMatrixRef<T>& x, MatrixRef<T> base, MatrixRef<T> xa, MatrixRef<T> q,
+                 MatrixRef<T> k) const {
+        const Index d = head_dim(), r = rank(), maps = n_maps();
+        project_one(x, q_base, q_a, q_b, base.leftCols(d), xa.leftCols(maps * r), q, d, r, maps);
+        project_one(x, k_base, k_a, k_b, base.rightCols(d), xa.rightCols(maps * r), k, d, r, maps);
+    }
+
+    /// Merged weights in nn.Linear layout: q_proj, k_proj [2H d x D], rows of map t = base + b_t a_t^T.
+    void merge_into(RowMatrix<T>& q_proj, RowMatrix<T>& k_proj) const {
+        merge_one(q_base, q_a, q_b, q_proj);
+        merge_one(k_base, k_a, k_b, k_proj);
+    }
+
+    /// The model-file tensors: q_base.weight, k_base.weight, then q1_a, q1_b, q2_a, q2_b, k1_a, ... .
+    void collect_parameters(const std::string& prefix, ParameterList<T>& list) {
+        list.add(prefix + "q_base.weight", q_base);
+        list.add(prefix + "k_base.weight", k_base);
+        const char* names[2] = {"q", "k"};
+        RowMatrix<T>* as[2] = {&q_a, &k_a};
+        RowMatrix<T>* bs[2] = {&q_b, &k_b};
+        const Index d = head_dim(), r = rank(), heads = n_maps() / 2;
+        for (int which = 0; which < 2; ++which) {
+            for (Index m = 0; m < 2; ++m) {
+                std::vector<ParameterSlice<T>> a_slices, b_slices;
+                for (Index h = 0; h < heads; ++h) {
+                    const Index t = 2 * h + m;
+                    a_slices.push_back(ParameterSlice<T>::block(*as[which], 0, t * r, as[which]->rows(), r));
+                    b_slices.push_back(ParameterSlice<T>::block(*bs[which], t * d, 0, d, r));
+                }
+                const std::string stem = prefix + names[which] + std::to_string(m + 1);  // "q1", "q2", "k1", "k2"
+                list.add_stacked(stem + "_a", std::move(a_slices));
+                list.add_stacked(stem + "_b", std::move(b_slices));
+            }
+        }
+    }
+
+private:
+    static void project_one(const ConstMatrixRef<T>& x, const RowMatrix<T>& base_w, const RowMatrix<T>& a,
+                            const RowMatrix<T>& b, MatrixRef<T> base, MatrixRef<T> xa, MatrixRef<T> out, Index d,
+                            Index r, Index maps) {
+        base.noalias() = x * base_w.transpose();  // [N x d]     X base^T, shared by all maps
+        xa.noalias() = x * a;                     // [N x 2H r]  X a_t for every map t
+        for (Index t = 0; t < maps; ++t) {
+            auto map = out.middleCols(t * d, d);  // [N x d]
+            map = base;
+            map.noalias() += xa.middleCols(t * r, r) * b.middleRows(t * d, d).transpose();
+        }
+    }
+
+    static void merge_one(const RowMatrix<T>& base_w, const RowMatrix<T>& a, const RowMatrix<T>& b,
+                          RowMatrix<T>& merged) {
+        const Index d = base_w.rows(), r = b.cols(), maps = b.rows() / d;
+        merged.resize(maps * d, base_w.cols());
+        for (Index t = 0; t < maps; ++t) {
+            auto rows = merged.middleRows(t * d, d);  // [d x D]
+            rows = base_w;
+            rows.noalias() += b.middleRows(t * d, d) * a.middleCols(t * r, r).transpose();
+        }
+    }
+};
+
+/// Parameters of the Shared DIFF projections: 2 d D (bases) + 4 H r (D + d) (factors).
+constexpr Index shared_diff_factor_parameter_count(Index d_model, Index n_heads, Index head_dim, Index rank) {
+    return 2 * head_dim * d_model + 4 * n_heads * rank * (d_model + head_dim);
+}
+
+}  // namespace diffattn

@@ -1,0 +1,111 @@
+// Model configuration (SPEC 5): one field per config.json key, plus derived values.
+//
+// A plain struct in the llama.cpp hparams style: fields are what the file says, accessors derive
+// everything else. Defaults are SPEC 5's; the keys SPEC 5 gives no default for are required by
+// the JSON reader (model/config_json.hpp) and zero here, which validate() rejects.
+#pragma once
+
+#include "diffattn/core/error.hpp"
+#include "diffattn/core/types.hpp"
+#include "diffattn/kernels/options.hpp"
+#include "diffattn/layers/attention_config.hpp"
+#include "diffattn/layers/rms_norm.hpp"
+#include "diffattn/layers/swiglu.hpp"
+
+#include <cmath>
+#include <ostream>
+
+namespace diffattn {
+
+struct ModelConfig {
+    AttentionKind attention = AttentionKind::diff;             ///< `attention`: softmax | diff | dint | shared_diff | diff_v2 (required)
+    Index hidden_size = 0;                                     ///< `hidden_size`: D, model width (required)
+    Index num_attention_heads = 0;                             ///< `num_attention_heads`: H (required)
+    Index num_key_value_heads = 0;                             ///< `num_key_value_heads`: Hkv, divides H (default H; 0 here means H)
+    Index num_hidden_layers = 0;                               ///< `num_hidden_layers`: L (required)
+    Index intermediate_size = 0;                               ///< `intermediate_size`: SwiGLU width F (required)
+    Index vocab_size = 0;                                      ///< `vocab_size`: V (required)
+    double rms_norm_eps = 1e-5;                                ///< `rms_norm_eps` (default 1e-5; subln always uses 1e-5)
+    double rope_theta = 10000.0;                               ///< `rope_theta` (default 10000)
+    bool tie_word_embeddings = false;                          ///< `tie_word_embeddings`: lm_head = embed_tokens (default false, see docs/model.md)
+    DintIntegral dint_integral = DintIntegral::causal_softmax; ///< `dint_integral` (dint only; default causal_softmax)
+    Index shared_diff_rank = 0;                                ///< `shared_diff_rank`: r (required for shared_diff)
+    DiffGqaPairing diff_gqa_pairing = DiffGqaPairing::per_head;///< `diff_gqa_pairing` (diff, dint with GQA; default per_head)
+    Index head_dim = 0;                                        ///< `head_dim`: d of diff_v2 (required for diff_v2, ignored otherwise)
+    bool causal = true;                                        ///< `causal`: false makes a bidirectional encoder stack (default true)
+
+    // ---- Derived values -------------------------------------------------------------------
+    Index kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
+    MaskKind mask() const { return causal ? MaskKind::causal : MaskKind::none; }
+
+    /// The attention module of layer `layer` (its depth sets lambda_init, SPEC 2.5).
+    AttentionConfig attention_config(Index layer = 0) const {
+        AttentionConfig c;
+        c.kind = attention;
+        c.d_model = hidden_size;
+        c.n_heads = num_attention_heads;
+        c.n_kv_heads = kv_heads();
+        c.v2_head_dim = head_dim;
+        c.shared_diff_rank = shared_diff_rank;
+        c.gqa_pairing = diff_gqa_pairing;
+        c.dint_integral = dint_integral;
+        c.causal = causal;
+        c.rope_theta = rope_theta;
+        c.depth = layer;
+        return c;
+    }
+
+    /// Parameters of one decoder layer: attention + 2 RMSNorm weights [D] + SwiGLU 3 D F.
+    Index layer_parameter_count() const {
+        return attention_config().parameter_count() + 2 * RmsNorm<double>::parameter_count(hidden_size) +
+               SwiGlu<double>::parameter_count(hidden_size, intermediate_size);
+    }
+    /// Parameters of the model: V D (embedding) + L layer + D (final norm) + V D (lm_head, 0 if tied).
+    Index parameter_count() const {
+        const Index embedding = vocab_size * hidden_size;
+        return embedding + num_hidden_layers * layer_parameter_count() + hidden_size +
+               (tie_word_embeddings ? 0 : embedding);
+    }
+
+    /// Throws ConfigError naming the config.json key of the first impossible value.
+    void validate() const {
+        const char* where = "model config: ";
+        require<ConfigError>(hidden_size > 0, where, "hidden_size must be > 0, got ", hidden_size);
+        require<ConfigError>(num_attention_heads > 0, where, "num_attention_heads must be > 0, got ",
+                             num_attention_heads);
+        require<ConfigError>(num_key_value_heads >= 0, where, "num_key_value_heads must be > 0, got ",
+                             num_key_value_heads);
+        require<ConfigError>(num_hidden_layers >= 0, where, "num_hidden_layers must be >= 0, got ",
+                             num_hidden_layers);
+        require<ConfigError>(intermediate_size > 0, where, "intermediate_size must be > 0, got ",
+                             intermediate_size);
+        require<ConfigError>(vocab_size > 0, where, "vocab_size must be > 0, got ", vocab_size);
+        require<ConfigError>(rms_norm_eps > 0 && std::isfinite(rms_norm_eps), where,
+                             "rms_norm_eps must be > 0 and finite, got ", rms_norm_eps);
+        attention_config().validate();
+    }
+};
+
+/// Prints the configuration as `key = value` lines (the example program's summary).
+inline std::ostream& operator<<(std::ostream& out, const ModelConfig& c) {
+    out << "  attention            = " << to_string(c.attention) << "\n"
+        << "  hidden_size          = " << c.hidden_size << "\n"
+        << "  num_attention_heads  = " << c.num_attention_heads << "\n"
+        << "  num_key_value_heads  = " << c.kv_heads() << "\n"
+        << "  num_hidden_layers    = " << c.num_hidden_layers << "\n"
+        << "  intermediate_size    = " << c.intermediate_size << "\n"
+        << "  vocab_size           = " << c.vocab_size << "\n"
+        << "  rms_norm_eps         = " << c.rms_norm_eps << "\n"
+        << "  rope_theta           = " << c.rope_theta << "\n"
+        << "  tie_word_embeddings  = " << (c.tie_word_embeddings ? "true" : "false") << "\n"
+        << "  causal               = " << (c.causal ? "true" : "false") << "\n";
+    if (c.attention == AttentionKind::dint) out << "  dint_integral        = " << to_string(c.dint_integral) << "\n";
+    if (c.attention == AttentionKind::diff || c.attention == AttentionKind::dint)
+        out << "  diff_gqa_pairing     = " << to_string(c.diff_gqa_pairing) << "\n";
+    if (c.attention == AttentionKind::shared_diff) out << "  shared_diff_rank     = " << c.shared_diff_rank << "\n";
+    if (c.attention == AttentionKind::diff_v2) out << "  head_dim             = " << c.head_dim << "\n";
+    out << "  (query/key map width d = " << c.attention_config().head_dim() << ")\n";
+    return out;
+}
+
+}  // namespace diffattn

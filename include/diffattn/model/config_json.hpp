@@ -1,0 +1,230 @@
+// config.json <-> ModelConfig (SPEC 5), with nlohmann-json.
+//
+//  - a missing key (or a JSON null) takes its SPEC 5 default; keys without one (attention,
+//    hidden_size, num_attention_heads, num_hidden_layers, intermediate_size, vocab_size, and
+//    shared_diff_rank / head_dim for the kinds that use them) are required;
+//  - a value of the wrong type or out of range is a ConfigError naming the key and the value;
+//  - an unknown key, or a key the chosen attention kind does not use, is a warning (the model
+//    still loads), reported to a caller-supplied vector or stream.
+#pragma once
+
+#include "diffattn/core/error.hpp"
+#include "diffattn/model/config.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace diffattn {
+
+namespace detail {
+
+/// Reads one config.json object key by key; errors and warnings are prefixed with `source`.
+class ConfigReader {
+public:
+    ConfigReader(const nlohmann::json& json, std::string source) : json_(json), source_(std::move(source)) {
+        require<ConfigError>(json.is_object(), source_, ": expected a JSON object, got ", json.type_name());
+    }
+
+    /// True when `key` is present and not null.
+    bool has(const char* key) const {
+        const auto it = json_.find(key);
+        return it != json_.end() && !it->is_null();
+    }
+
+    /// An integer >= minimum; `fallback` when absent (if required, absence is an error).
+    Index integer(const char* key, Index minimum, bool required, Index fallback) const {
+        if (!has(key)) {
+            require<ConfigError>(!required, source_, ": missing required key \"", key, "\"");
+            return fallback;
+        }
+        const nlohmann::json& value = json_.at(key);
+        bool ok = false;
+        Index result = 0;
+        if (value.is_number_unsigned()) {
+            const auto u = value.get<std::uint64_t>();
+            ok = u <= static_cast<std::uint64_t>(std::numeric_limits<int>::max());
+            result = static_cast<Index>(u);
+        } else if (value.is_number_integer()) {
+            const auto i = value.get<std::int64_t>();
+            ok = i <= std::numeric_limits<int>::max();
+            result = static_cast<Index>(i);
+        }
+        require<ConfigError>(ok && result >= minimum, source_, ": key \"", key, "\" must be an integer >= ", minimum,
+                             ", got ", value.dump());
+        return result;
+    }
+
+    /// A finite number > 0; `fallback` when absent.
+    double positive_number(const char* key, double fallback) const {
+        if (!has(key)) return fallback;
+        const nlohmann::json& value = json_.at(key);
+        const bool ok = value.is_number() && std::isfinite(value.get<double>()) && value.get<double>() > 0;
+        require<ConfigError>(ok, source_, ": key \"", key, "\" must be a finite number > 0, got ", value.dump());
+        return value.get<double>();
+    }
+
+    bool boolean(const char* key, bool fallback) const {
+        if (!has(key)) return fallback;
+        const nlohmann::json& value = json_.at(key);
+        require<ConfigError>(value.is_boolean(), source_, ": key \"", key, "\" must be true or false, got ",
+                             value.dump());
+        return value.get<bool>();
+    }
+
+    /// One of the spellings accepted by `parse`; `fallback` when absent (if required, an error).
+    template <typename Enum, typename Parse>
+    Enum choice(const char* key, Parse parse, const char* allowed, bool required, Enum fallback) const {
+        if (!has(key)) {
+            require<ConfigError>(!required, source_, ": missing required key \"", key, "\" (one of ", allowed, ")");
+            return fallback;
+        }
+        const nlohmann::json& value = json_.at(key);
+        Enum result = fallback;
+        const bool ok = value.is_string() && parse(value.get<std::string>(), result);
+        require<ConfigError>(ok, source_, ": key \"", key, "\" must be one of ", allowed, ", got ", value.dump());
+        return result;
+    }
+
+    const std::string& source() const { return source_; }
+
+private:
+    const nlohmann::json& json_;
+    std::string source_;
+};
+
+inline const std::vector<const char*>& known_config_keys() {
+    static const std::vector<const char*> keys = {
+        "attention",         "hidden_size",   "num_attention_heads", "num_key_value_heads",
+        "num_hidden_layers", "intermediate_size", "vocab_size",      "rms_norm_eps",
+        "rope_theta",        "tie_word_embeddings", "dint_integral", "shared_diff_rank",
+        "diff_gqa_pairing",  "head_dim",      "causal"};
+    return keys;
+}
+
+}  // namespace detail
+
+/// Parses a config.json object (SPEC 5) and validates it (ModelConfig::validate).
+///   source:   how messages name the file, e.g. "config.json \"models/x/config.json\"".
+///   warnings: unknown or unused keys, one message each (may be null: then they are dropped).
+/// Throws ConfigError naming the key for a bad or missing value.
+inline ModelConfig model_config_from_json(const nlohmann::json& json, std::vector<std::string>* warnings = nullptr,
+                                          const std::string& source = "config.json") {
+    const detail::ConfigReader read(json, source);
+    ModelConfig c;
+    c.attention = read.choice<AttentionKind>("attention", parse_attention_kind,
+                                             "softmax, diff, dint, shared_diff, diff_v2", true, c.attention);
+    c.hidden_size = read.integer("hidden_size", 1, true, 0);
+    c.num_attention_heads = read.integer("num_attention_heads", 1, true, 0);
+    c.num_key_value_heads = read.integer("num_key_value_heads", 1, false, c.num_attention_heads);
+    c.num_hidden_layers = read.integer("num_hidden_layers", 0, true, 0);
+    c.intermediate_size = read.integer("intermediate_size", 1, true, 0);
+    c.vocab_size = read.integer("vocab_size", 1, true, 0);
+    c.rms_norm_eps = read.positive_number("rms_norm_eps", c.rms_norm_eps);
+    c.rope_theta = read.positive_number("rope_theta", c.rope_theta);
+    c.tie_word_embeddings = read.boolean("tie_word_embeddings", c.tie_word_embeddings);
+    c.causal = read.boolean("causal", c.causal);
+    c.dint_integral = read.choice<DintIntegral>("dint_integral", parse_dint_integral,
+                                                "causal_softmax, causal_mean, global_mean", false, c.dint_integral);
+    c.diff_gqa_pairing = read.choice<DiffGqaPairing>("diff_gqa_pairing", parse_gqa_pairing,
+                                                     "per_head, per_subhead", false, c.diff_gqa_pairing);
+    const bool shared = c.attention == AttentionKind::shared_diff;
+    const bool v2 = c.attention == AttentionKind::diff_v2;
+    c.shared_diff_rank = read.integer("shared_diff_rank", 1, shared, 0);
+    c.head_dim = read.integer("head_dim", 1, v2, 0);
+
+    if (warnings != nullptr) {
+        for (const auto& item : json.items()) {
+            bool known = false;
+            for (const char* key : detail::known_config_keys()) known = known || item.key() == key;
+            if (!known) warnings->push_back(detail::concat(source, ": unknown key \"", item.key(), "\" ignored"));
+        }
+        const auto unused = [&](const char* key, bool used, const char* users) {
+            if (!used && read.has(key)) {
+                warnings->push_back(detail::concat(source, ": key \"", key, "\" is only used by attention ", users,
+                                                   ", not ", to_string(c.attention), "; ignored"));
+            }
+        };
+        unused("dint_integral", c.attention == AttentionKind::dint, "dint");
+        unused("shared_diff_rank", shared, "shared_diff");
+        unused("head_dim", v2, "diff_v2");
+        unused("diff_gqa_pairing", c.attention == AttentionKind::diff || c.attention == AttentionKind::dint,
+               "diff and dint");
+    }
+    try {
+        c.validate();
+    } catch (const ConfigError& e) {
+        throw ConfigError(detail::concat(source, ": ", e.what()));
+    }
+    return c;
+}
+
+/// Parses config.json text (see model_config_from_json). A JSON syntax error is a ConfigError.
+inline ModelConfig model_config_from_json_text(const std::string& text, std::vector<std::string>* warnings = nullptr,
+                                               const std::string& source = "config.json") {
+    nlohmann::json json;
+    try {
+        json = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+        throw ConfigError(detail::concat(source, ": not valid JSON: ", e.what()));
+    }
+    return model_config_from_json(json, warnings, source);
+}
+
+/// Reads and parses a config.json file. FileError if it cannot be read; ConfigError for bad content.
+inline ModelConfig read_model_config(const std::filesystem::path& path, std::vector<std::string>* warnings = nullptr) {
+    const std::string source = detail::concat("config.json \"", path.string(), "\"");
+    std::ifstream in(path, std::ios::binary);
+    require<FileError>(in.good() && !std::filesystem::is_directory(path), source, ": cannot open the file");
+    std::ostringstream text;
+    text << in.rdbuf();
+    require<FileError>(!in.bad(), source, ": read error");
+    return model_config_from_json_text(text.str(), warnings, source);
+}
+
+/// read_model_config that writes each warning as one line to `warnings`.
+inline ModelConfig read_model_config(const std::filesystem::path& path, std::ostream& warnings) {
+    std::vector<std::string> messages;
+    ModelConfig config = read_model_config(path, &messages);
+    for (const std::string& message : messages) warnings << "warning: " << message << "\n";
+    return config;
+}
+
+/// The config.json object of a configuration (every SPEC 5 key that applies to its kind).
+inline nlohmann::ordered_json model_config_to_json(const ModelConfig& c) {
+    nlohmann::ordered_json j;
+    j["attention"] = to_string(c.attention);
+    j["hidden_size"] = c.hidden_size;
+    j["num_attention_heads"] = c.num_attention_heads;
+    j["num_key_value_heads"] = c.kv_heads();
+    j["num_hidden_layers"] = c.num_hidden_layers;
+    j["intermediate_size"] = c.intermediate_size;
+    j["vocab_size"] = c.vocab_size;
+    j["rms_norm_eps"] = c.rms_norm_eps;
+    j["rope_theta"] = c.rope_theta;
+    j["tie_word_embeddings"] = c.tie_word_embeddings;
+    j["causal"] = c.causal;
+    if (c.attention == AttentionKind::dint) j["dint_integral"] = to_string(c.dint_integral);
+    if (c.attention == AttentionKind::diff || c.attention == AttentionKind::dint)
+        j["diff_gqa_pairing"] = to_string(c.diff_gqa_pairing);
+    if (c.attention == AttentionKind::shared_diff) j["shared_diff_rank"] = c.shared_diff_rank;
+    if (c.attention == AttentionKind::diff_v2) j["head_dim"] = c.head_dim;
+    return j;
+}
+
+/// Writes model_config_to_json(config) to `path` (pretty-printed). FileError on failure.
+inline void write_model_config(const std::filesystem::path& path, const ModelConfig& config) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << model_config_to_json(config).dump(2) << "\n";
+    require<FileError>(out.good(), "config.json \"", path.string(), "\": cannot write the file");
+}
+
+}  // namespace diffattn

@@ -1,0 +1,75 @@
+// Pre-norm decoder layer (SPEC 4):
+//   Y  = X + Attn(RMSNorm_in(X))
+//   X' = Y + SwiGLU(RMSNorm_post(Y))
+// With "causal": false the same layer is a bidirectional encoder layer (attention mask none).
+#pragma once
+
+#include "diffattn/core/types.hpp"
+#include "diffattn/layers/attention_scratch.hpp"
+#include "diffattn/layers/multi_head_attention.hpp"
+#include "diffattn/layers/parameters.hpp"
+#include "diffattn/layers/rms_norm.hpp"
+#include "diffattn/layers/swiglu.hpp"
+#include "diffattn/model/config.hpp"
+
+#include <string>
+
+namespace diffattn {
+
+/// Activation buffers of one layer call, shared by all layers of a model (they run in turn).
+template <typename T>
+struct LayerScratch {
+    RowMatrix<T> normed;            ///< [max_len x D]  RMSNorm_in(X), then RMSNorm_post(Y)
+    RowMatrix<T> branch;            ///< [max_len x D]  Attn(...), then SwiGLU(...)
+    SwiGluScratch<T> mlp;           ///< gate, up [max_len x F]
+    AttentionScratch<T> attention;  ///< q, k, v, head outputs, rotary table, kernel workspaces
+
+    LayerScratch() = default;
+    LayerScratch(const ModelConfig& config, Index max_len, int threads)
+        : normed(max_len, config.hidden_size),
+          branch(max_len, config.hidden_size),
+          mlp(max_len, config.intermediate_size),
+          attention(config.attention_config(), max_len, threads) {}
+
+    Index max_len() const { return normed.rows(); }
+};
+
+template <typename T>
+struct DecoderLayer {
+    RmsNorm<T> input_layernorm;           ///< [D]  `input_layernorm.weight`
+    MultiHeadAttention<T> self_attn;      ///< `self_attn.*` (SPEC 3)
+    RmsNorm<T> post_attention_layernorm;  ///< [D]  `post_attention_layernorm.weight`
+    SwiGlu<T> mlp;                        ///< `mlp.gate_proj`, `mlp.up_proj` [F x D], `mlp.down_proj` [D x F]
+
+    /// Layer `index` of a model (the index is the depth of lambda_init). Zero projections.
+    DecoderLayer(const ModelConfig& config, Index index)
+        : input_layernorm(config.hidden_size, config.rms_norm_eps),
+          self_attn(config.attention_config(index)),
+          post_attention_layernorm(config.hidden_size, config.rms_norm_eps),
+          mlp(config.hidden_size, config.intermediate_size) {}
+
+    /// The layer's tensors under `prefix` ("model.layers.<i>."), in model-file order.
+    void collect_parameters(const std::string& prefix, ParameterList<T>& list) {
+        list.add(prefix + "input_layernorm.weight", input_layernorm.weight);
+        self_attn.collect_parameters(prefix + "self_attn.", list);
+        list.add(prefix + "post_attention_layernorm.weight", post_attention_layernorm.weight);
+        list.add(prefix + "mlp.gate_proj.weight", mlp.gate_proj);
+        list.add(prefix + "mlp.up_proj.weight", mlp.up_proj);
+        list.add(prefix + "mlp.down_proj.weight", mlp.down_proj);
+    }
+
+    /// x [N x D], the residual stream, updated in place; scratch sized for >= N tokens.
+    void forward(MatrixRef<T> x, LayerScratch<T>& scratch) const {
+        const Index n = x.rows();
+        auto normed = scratch.normed.topRows(n);  // [N x D]
+        auto branch = scratch.branch.topRows(n);  // [N x D]
+        input_layernorm(x, normed);                              // RMSNorm_in(X)
+        self_attn.forward(normed, branch, scratch.attention);    // Attn(RMSNorm_in(X))
+        x += branch;                                             // Y = X + Attn(...)
+        post_attention_layernorm(x, normed);                     // RMSNorm_post(Y)
+        mlp(normed, branch, scratch.mlp);                        // SwiGLU(RMSNorm_post(Y))
+        x += branch;                                             // X' = Y + SwiGLU(...)
+    }
+};
+
+}  // namespace diffattn

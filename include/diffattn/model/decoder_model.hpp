@@ -1,0 +1,177 @@
+// Decoder model (SPEC 4, 5): token embedding, L pre-norm layers, final RMSNorm, lm_head.
+//   X_0    = embed_tokens[tokens]
+//   X_i+1  = DecoderLayer_i(X_i)
+//   logits = RMSNorm(X_L) lm_head^T            (lm_head = embed_tokens when tied)
+// With "causal": false it is a bidirectional encoder stack (every attention mask is none).
+//
+// Templated on the scalar type (float or double). forward() is const and keeps all its scratch
+// in a caller-owned ForwardState, so one model serves any number of threads at once.
+#pragma once
+
+#include "diffattn/core/checks.hpp"
+#include "diffattn/core/error.hpp"
+#include "diffattn/core/types.hpp"
+#include "diffattn/io/safetensors.hpp"
+#include "diffattn/layers/linear.hpp"
+#include "diffattn/layers/parameters.hpp"
+#include "diffattn/layers/rms_norm.hpp"
+#include "diffattn/model/config.hpp"
+#include "diffattn/model/config_json.hpp"
+#include "diffattn/model/decoder_layer.hpp"
+#include "diffattn/model/forward_state.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace diffattn {
+
+/// A token id, in [0, vocab_size).
+using Token = std::int32_t;
+
+template <typename T>
+class DecoderModel {
+public:
+    RowMatrix<T> embed_tokens;            ///< [V x D]  `model.embed_tokens.weight`
+    std::vector<DecoderLayer<T>> layers;  ///< L layers, `model.layers.<i>.*`
+    RmsNorm<T> norm;                      ///< [D]      `model.norm.weight`
+    RowMatrix<T> lm_head;                 ///< [V x D]  `lm_head.weight` (empty when tied)
+
+    /// A model of this configuration with zero projections and unit norm weights; validates it.
+    explicit DecoderModel(const ModelConfig& config) : config_(validated(config)) {
+        embed_tokens = RowMatrix<T>::Zero(config_.vocab_size, config_.hidden_size);
+        layers.reserve(static_cast<std::size_t>(config_.num_hidden_layers));
+        for (Index i = 0; i < config_.num_hidden_layers; ++i) layers.emplace_back(config_, i);
+        norm = RmsNorm<T>(config_.hidden_size, config_.rms_norm_eps);
+        if (!config_.tie_word_embeddings) lm_head = RowMatrix<T>::Zero(config_.vocab_size, config_.hidden_size);
+    }
+
+    /// Loads `dir`/config.json and `dir`/model.safetensors (SPEC 5). Every tensor the model needs
+    /// must be present with exactly its shape, and no other tensor may be there; F32, F16, BF16 and
+    /// F64 are converted to T. Throws ConfigError (config.json, naming the key) or FileError (naming
+    /// the file and the tensor). Unknown config keys go to `warnings` (may be null).
+    static DecoderModel load(const std::filesystem::path& dir, std::vector<std::string>* warnings = nullptr) {
+        require<FileError>(std::filesystem::is_directory(dir), "model directory \"", dir.string(),
+                           "\" does not exist or is not a directory");
+        DecoderModel model(read_model_config(dir / "config.json", warnings));
+        model.load_weights(dir / "model.safetensors");
+        return model;
+    }
+
+    /// A model with seeded weights (init_parameters_uniform): the same numbers on every platform.
+    static DecoderModel seeded(const ModelConfig& config, std::uint64_t seed) {
+        DecoderModel model(config);
+        ParameterList<T> parameters = model.parameters();
+        init_parameters_uniform(parameters, seed);
+        return model;
+    }
+
+    const ModelConfig& config() const { return config_; }
+
+    /// Number of parameters, ModelConfig::parameter_count() (docs/model.md).
+    Index parameter_count() const { return config_.parameter_count(); }
+
+    /// Every tensor of model.safetensors with a writable view of its storage, in file order.
+    ParameterList<T> parameters() {
+        ParameterList<T> list;
+        list.add("model.embed_tokens.weight", embed_tokens);
+        for (std::size_t i = 0; i < layers.size(); ++i) {
+            layers[i].collect_parameters("model.layers." + std::to_string(i) + ".", list);
+        }
+        list.add("model.norm.weight", norm.weight);
+        if (!config_.tie_word_embeddings) list.add("lm_head.weight", lm_head);
+        return list;
+    }
+
+    /// Reads the weights from a safetensors file: exactly the tensors of parameters(), shapes checked.
+    void load_weights(const std::filesystem::path& file_path) {
+        const SafetensorsFile file(file_path);
+        ParameterList<T> list = parameters();
+        std::set<std::string> expected;
+        std::vector<T> staging;  // for tensors split over several slices (Shared DIFF factors)
+        for (Parameter<T>& p : list) {
+            expected.insert(p.name);
+            const ParameterSlice<T>& first = p.slices.front();
+            if (p.slices.size() == 1 && first.outer_stride == first.cols) {
+                file.read_into<T>(p.name, p.shape, first.data);
+                continue;
+            }
+            staging.resize(static_cast<std::size_t>(p.size()));
+            file.read_into<T>(p.name, p.shape, staging.data());
+            const T* source = staging.data();
+            for (const ParameterSlice<T>& slice : p.slices) {
+                slice.map() = ConstRowMatrixMap<T>(source, slice.rows, slice.cols);
+                source += slice.rows * slice.cols;
+            }
+        }
+        file.check_no_unexpected(expected);
+    }
+
+    /// Shared DIFF: precompute the merged per-map projections of every layer (forward() then uses
+    /// them; results agree with the factored form up to rounding). No-op for other kinds.
+    void merge_shared_diff() {
+        for (auto& layer : layers) layer.self_attn.merge();
+    }
+
+    /// Run state for calls of up to max_len tokens with attention heads on `threads` threads.
+    ForwardState<T> make_state(Index max_len, int threads = 1) const { return ForwardState<T>(config_, max_len, threads); }
+
+    /// logits [N x V] of the N tokens (positions 0 .. N-1), into caller-owned `logits`.
+    /// Throws ShapeError for a token id outside [0, V), too many tokens for the state, or a
+    /// state of another configuration.
+    void forward(const std::vector<Token>& tokens, ForwardState<T>& state, MatrixRef<T> logits) const {
+        const Index n = static_cast<Index>(tokens.size());
+        check_call(tokens, state);
+        detail::require_shape("DecoderModel::forward", detail::named("logits", logits), n, config_.vocab_size);
+        if (n == 0) return;
+        auto x = state.x.topRows(n);            // [N x D] residual stream
+        auto normed = state.normed.topRows(n);  // [N x D]
+        for (Index i = 0; i < n; ++i) x.row(i) = embed_tokens.row(tokens[static_cast<std::size_t>(i)]);
+        for (const DecoderLayer<T>& layer : layers) layer.forward(x, state.layer);
+        norm(x, normed);
+        linear<T>(normed, config_.tie_word_embeddings ? embed_tokens : lm_head, logits);
+    }
+
+    /// As above, into state.logits; returns a view of its first N rows [N x V] (valid until the
+    /// state's next use; copy it into a RowMatrix to keep it).
+    ConstMatrixRef<T> forward(const std::vector<Token>& tokens, ForwardState<T>& state) const {
+        const Index n = static_cast<Index>(tokens.size());
+        check_call(tokens, state);
+        forward(tokens, state, state.logits.topRows(n));
+        return ConstMatrixRef<T>(state.logits.topRows(n));
+    }
+
+    /// Convenience: a fresh single-threaded state and a new logits matrix [N x V].
+    RowMatrix<T> logits(const std::vector<Token>& tokens) const {
+        ForwardState<T> state = make_state(std::max<Index>(1, static_cast<Index>(tokens.size())));
+        RowMatrix<T> out(static_cast<Index>(tokens.size()), config_.vocab_size);
+        forward(tokens, state, out);
+        return out;
+    }
+
+private:
+    static const ModelConfig& validated(const ModelConfig& config) {
+        config.validate();
+        return config;
+    }
+
+    void check_call(const std::vector<Token>& tokens, const ForwardState<T>& state) const {
+        constexpr const char* function = "DecoderModel::forward";
+        const Index n = static_cast<Index>(tokens.size());
+        require<ShapeError>(n <= state.max_len(), function, ": ", n, " tokens but the ForwardState holds at most ",
+                            state.max_len(), " (make_state(max_len))");
+        require<ShapeError>(state.x.cols() == config_.hidden_size && state.logits.cols() == config_.vocab_size &&
+                                state.layer.mlp.gate.cols() == config_.intermediate_size,
+                            function, ": the ForwardState was made for another configuration");
+        for (std::size_t i = 0; i < tokens.size(); ++i) {
+            require<ShapeError>(tokens[i] >= 0 && tokens[i] < config_.vocab_size, function, ": token ", i, " is ",
+                                tokens[i], ", outside the vocabulary [0, ", config_.vocab_size, ")");
+        }
+    }
+
+    ModelConfig config_;
+};
+
+}  // namespace diffattn

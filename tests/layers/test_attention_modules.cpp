@@ -1,0 +1,302 @@
+// The multi-head attention modules of SPEC 3 (softmax, diff, dint, shared_diff, diff_v2) against
+// the double transcription in naive_reference.hpp, the Shared DIFF merge, thread-count
+// independence, parameter counts (including the official MultiheadDiffAttn figures) and the
+// configuration and shape errors.
+#include "naive_reference.hpp"
+
+#include "diffattn/layers/multi_head_attention.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+using namespace diffattn;
+
+namespace {
+
+struct Case {
+    std::string name;
+    AttentionConfig config;
+};
+
+AttentionConfig make(AttentionKind kind, Index d_model, Index heads, Index kv_heads, Index depth = 0) {
+    AttentionConfig c;
+    c.kind = kind;
+    c.d_model = d_model;
+    c.n_heads = heads;
+    c.n_kv_heads = kv_heads;
+    c.depth = depth;
+    return c;
+}
+
+/// Every kind, with and without GQA, both pairings, every DINT integral, causal and not.
+std::vector<Case> cases() {
+    std::vector<Case> out;
+    out.push_back({"softmax", make(AttentionKind::softmax, 32, 4, 4)});
+    out.push_back({"softmax gqa rep 2", make(AttentionKind::softmax, 32, 4, 2, 1)});
+    out.push_back({"softmax encoder", make(AttentionKind::softmax, 32, 4, 1)});
+    out.back().config.causal = false;
+    out.push_back({"diff", make(AttentionKind::diff, 32, 2, 2)});
+    out.push_back({"diff depth 3", make(AttentionKind::diff, 32, 2, 2, 3)});
+    out.push_back({"diff gqa per_head", make(AttentionKind::diff, 64, 4, 2, 1)});
+    out.push_back({"diff gqa per_subhead", make(AttentionKind::diff, 64, 4, 2, 1)});
+    out.back().config.gqa_pairing = DiffGqaPairing::per_subhead;
+    out.push_back({"diff gqa rep 4 per_subhead", make(AttentionKind::diff, 64, 4, 1, 2)});
+    out.back().config.gqa_pairing = DiffGqaPairing::per_subhead;
+    out.push_back({"diff encoder", make(AttentionKind::diff, 32, 2, 2)});
+    out.back().config.causal = false;
+    out.push_back({"diff rope_theta 100", make(AttentionKind::diff, 32, 1, 1)});
+    out.back().config.rope_theta = 100.0;
+    for (DintIntegral integral : {DintIntegral::causal_softmax, DintIntegral::causal_mean}) {
+        out.push_back({std::string("dint ") + to_string(integral), make(AttentionKind::dint, 32, 2, 2, 1)});
+        out.back().config.dint_integral = integral;
+        out.push_back({std::string("dint gqa ") + to_string(integral), make(AttentionKind::dint, 64, 4, 2, 2)});
+        out.back().config.dint_integral = integral;
+    }
+    out.push_back({"dint global_mean encoder", make(AttentionKind::dint, 32, 2, 2, 1)});
+    out.back().config.dint_integral = DintIntegral::global_mean;
+    out.back().config.causal = false;
+    out.push_back({"dint gqa per_subhead", make(AttentionKind::dint, 64, 4, 2)});
+    out.back().config.gqa_pairing = DiffGqaPairing::per_subhead;
+    out.push_back({"shared_diff rank 3", make(AttentionKind::shared_diff, 32, 2, 2, 1)});
+    out.back().config.shared_diff_rank = 3;
+    out.push_back({"shared_diff rank 1, 4 heads", make(AttentionKind::shared_diff, 64, 4, 4, 2)});
+    out.back().config.shared_diff_rank = 1;
+    out.push_back({"diff_v2", make(AttentionKind::diff_v2, 32, 4, 2)});
+    out.back().config.v2_head_dim = 6;
+    out.push_back({"diff_v2 no gqa", make(AttentionKind::diff_v2, 16, 2, 2)});
+    out.back().config.v2_head_dim = 8;
+    out.push_back({"diff_v2 encoder", make(AttentionKind::diff_v2, 16, 2, 1)});
+    out.back().config.v2_head_dim = 4;
+    out.back().config.causal = false;
+    return out;
+}
+
+template <typename T>
+MultiHeadAttention<T> seeded_module(const AttentionConfig& config, std::uint64_t seed) {
+    MultiHeadAttention<T> module(config);
+    ParameterList<T> list;
+    module.collect_parameters("", list);
+    init_parameters_uniform(list, seed);
+    // Lambda vectors larger than the demo init, so lambda differs visibly from lambda_init.
+    if (config.has_lambda()) {
+        module.weights().lambda.q1 *= T(3);
+        module.weights().lambda.k2 *= T(3);
+    }
+    return module;
+}
+
+template <typename T>
+RowMatrix<T> seeded_input(Index rows, Index cols, std::uint64_t seed) {
+    SeededUniform random(seed);
+    RowMatrix<T> x(rows, cols);
+    for (Index i = 0; i < x.size(); ++i) x.data()[i] = static_cast<T>(random.next());
+    return x;
+}
+
+template <typename T>
+naive::Mat reference_output(MultiHeadAttention<T>& module, const RowMatrix<T>& x) {
+    ParameterList<T> list;
+    module.collect_parameters("", list);
+    return naive::attention(module.config(), naive::tensors_of(list), x.template cast<double>());
+}
+
+template <typename T>
+RowMatrix<T> run(const MultiHeadAttention<T>& module, const RowMatrix<T>& x, int threads = 1) {
+    AttentionScratch<T> scratch(module.config(), x.rows() + 3, threads);
+    RowMatrix<T> y(x.rows(), module.config().d_model);
+    module.forward(x, y, scratch);
+    return y;
+}
+
+/// Module tolerance, relative to max(1, max |y|): a module chains ~10 operations of width <= 64
+/// (projections, rotary, softmax, the DIFF subtraction, subln, out_proj), each adding a few
+/// epsilon; the largest error seen is about 5 epsilon (float and double alike), so 64 epsilon
+/// leaves room for other compilers and SIMD widths without hiding a wrong formula (which is off
+/// by 1e-3 or more).
+template <typename T>
+double module_tolerance() {
+    return 64 * std::numeric_limits<T>::epsilon();
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("every attention module matches the SPEC 3 transcription", "[layers][attention]", float, double) {
+    using T = TestType;
+    for (const Case& c : cases()) {
+        for (Index n : {Index(1), Index(13), Index(70)}) {  // 70 > one 64-row query tile of the kernels
+            INFO(c.name << ", N = " << n);
+            MultiHeadAttention<T> module = seeded_module<T>(c.config, 11);
+            const RowMatrix<T> x = seeded_input<T>(n, c.config.d_model, 5);
+            const naive::Mat expected = reference_output(module, x);
+            const RowMatrix<T> y = run(module, x);
+            const double scale = std::max(1.0, expected.cwiseAbs().maxCoeff());
+            const double error = (y.template cast<double>() - expected).cwiseAbs().maxCoeff() / scale;
+            INFO("relative error " << error);
+            CHECK(error < module_tolerance<T>());
+            CHECK(expected.cwiseAbs().maxCoeff() > 1e-3);  // the comparison is not vacuous
+        }
+    }
+}
+
+TEMPLATE_TEST_CASE("Shared DIFF: projecting through the factors and through merged weights agree",
+                   "[layers][attention][shared_diff]", float, double) {
+    using T = TestType;
+    AttentionConfig config = make(AttentionKind::shared_diff, 64, 4, 4, 1);
+    config.shared_diff_rank = 2;
+    MultiHeadAttention<T> module = seeded_module<T>(config, 3);
+    const RowMatrix<T> x = seeded_input<T>(20, 64, 9);
+    const RowMatrix<T> factored = run(module, x);
+    module.merge();
+    REQUIRE(module.merged());
+    CHECK(module.weights().q_proj.rows() == config.q_width());
+    CHECK(module.weights().q_proj.cols() == 64);
+    const RowMatrix<T> merged = run(module, x);
+    const double scale = std::max<double>(1.0, factored.cwiseAbs().maxCoeff());
+    CHECK((merged - factored).cwiseAbs().maxCoeff() / scale < module_tolerance<T>());
+    // The merged rows of map t are base + b_t a_t^T.
+    const auto& s = module.weights().shared;
+    const Index d = config.head_dim(), r = config.shared_diff_rank;
+    for (Index t = 0; t < 2 * config.n_heads; ++t) {
+        RowMatrix<double> w = s.q_base.template cast<double>() +
+                              s.q_b.middleRows(t * d, d).template cast<double>() *
+                                  s.q_a.middleCols(t * r, r).template cast<double>().transpose();
+        CHECK((module.weights().q_proj.middleRows(t * d, d).template cast<double>() - w).cwiseAbs().maxCoeff() <
+              module_tolerance<T>());
+    }
+    // Handing out writable parameters drops the merge (the factors may change).
+    ParameterList<T> list;
+    module.collect_parameters("", list);
+    CHECK_FALSE(module.merged());
+    CHECK((run(module, x) - factored).cwiseAbs().maxCoeff() == T(0));
+}
+
+TEMPLATE_TEST_CASE("results do not depend on the number of threads", "[layers][attention][threads]", float, double) {
+    using T = TestType;
+    for (const Case& c : cases()) {
+        INFO(c.name);
+        const MultiHeadAttention<T> module = seeded_module<T>(c.config, 17);
+        const RowMatrix<T> x = seeded_input<T>(33, c.config.d_model, 2);
+        const RowMatrix<T> one = run(module, x, 1);
+        for (int threads : {2, 3}) {
+            CHECK((run(module, x, threads) - one).cwiseAbs().maxCoeff() == T(0));
+        }
+    }
+}
+
+TEST_CASE("GQA pairing conventions differ for rep > 1 and coincide for rep = 1", "[layers][attention]") {
+    for (Index kv_heads : {Index(2), Index(4)}) {
+        AttentionConfig per_head = make(AttentionKind::diff, 64, 4, kv_heads, 1);
+        AttentionConfig per_subhead = per_head;
+        per_subhead.gqa_pairing = DiffGqaPairing::per_subhead;
+        MultiHeadAttention<double> a = seeded_module<double>(per_head, 5);
+        MultiHeadAttention<double> b(per_subhead);
+        b.weights() = a.weights();
+        const RowMatrix<double> x = seeded_input<double>(9, 64, 1);
+        const double difference = (run(a, x) - run(b, x)).cwiseAbs().maxCoeff();
+        if (kv_heads == 4) {
+            CHECK(difference == 0.0);
+        } else {
+            CHECK(difference > 1e-6);
+            // The head layout: per_head keeps K1 != K2; per_subhead gives both maps of head h key sub-head h.
+            CHECK(per_head.key_map(3, 0) == 2);
+            CHECK(per_head.key_map(3, 1) == 3);
+            CHECK(per_subhead.key_map(3, 0) == 3);
+            CHECK(per_subhead.key_map(3, 1) == 3);
+            CHECK(per_head.value_head(3, 0) == 1);
+        }
+    }
+}
+
+TEST_CASE("parameter counts: the official MultiheadDiffAttn figures", "[layers][attention][parameters]") {
+    // MultiheadDiffAttn(embed_dim=1024, depth=0, num_heads=8): q, k, v, out 1024^2 each, 4 lambda
+    // vectors of head_dim 64, subln of 128.
+    AttentionConfig config = make(AttentionKind::diff, 1024, 8, 8);
+    CHECK(config.parameter_count() == 4194688);
+    config.n_kv_heads = 4;  // num_kv_heads=4: k and v shrink to 1024 x 512
+    CHECK(config.parameter_count() == 3146112);
+    MultiHeadAttention<float> module(config);
+    ParameterList<float> list;
+    module.collect_parameters("self_attn.", list);
+    CHECK(list.parameter_count() == 3146112);
+    CHECK(module.parameter_count() == 3146112);
+    CHECK(list.items().size() == 4 + 4 + 1);
+}
+
+TEST_CASE("parameter counts: the documented formulas equal the tensors of every kind",
+          "[layers][attention][parameters]") {
+    for (const Case& c : cases()) {
+        INFO(c.name);
+        MultiHeadAttention<float> module(c.config);
+        ParameterList<float> list;
+        module.collect_parameters("", list);
+        CHECK(list.parameter_count() == module.parameter_count());
+        const Index D = c.config.d_model, H = c.config.n_heads, Hkv = c.config.kv_heads();
+        const Index rep = H / Hkv, d = c.config.head_dim(), r = c.config.shared_diff_rank;
+        Index formula = 0;
+        switch (c.config.kind) {
+            case AttentionKind::softmax: formula = 2 * D * D + 2 * D * D / rep; break;
+            case AttentionKind::diff:
+            case AttentionKind::dint: formula = 2 * D * D + 2 * D * D / rep + 6 * d; break;
+            case AttentionKind::shared_diff: formula = 2 * d * D + 4 * H * r * (D + d) + 2 * D * D + 6 * d; break;
+            case AttentionKind::diff_v2: formula = 2 * H * d * D + 2 * Hkv * d * D + H * d * D + H * D; break;
+        }
+        CHECK(module.parameter_count() == formula);
+    }
+}
+
+TEST_CASE("bad attention configurations are ConfigErrors naming the key", "[layers][attention][errors]") {
+    auto message_of = [](const AttentionConfig& c) {
+        try {
+            MultiHeadAttention<float> module(c);
+        } catch (const ConfigError& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    using Catch::Matchers::Contains;
+    CHECK_THAT(message_of(make(AttentionKind::diff, 30, 4, 4)), Contains("hidden_size"));
+    CHECK_THAT(message_of(make(AttentionKind::softmax, 30, 4, 4)), Contains("hidden_size"));
+    CHECK_THAT(message_of(make(AttentionKind::diff, 32, 4, 3)), Contains("num_key_value_heads"));
+    CHECK_THAT(message_of(make(AttentionKind::diff, 32, 0, 0)), Contains("num_attention_heads"));
+    CHECK_THAT(message_of(make(AttentionKind::diff_v2, 32, 4, 2)), Contains("head_dim"));
+    AttentionConfig odd = make(AttentionKind::diff_v2, 32, 4, 2);
+    odd.v2_head_dim = 5;
+    CHECK_THAT(message_of(odd), Contains("even"));
+    CHECK_THAT(message_of(make(AttentionKind::diff, 24, 4, 4)), Contains("even"));  // d = 3
+    AttentionConfig shared = make(AttentionKind::shared_diff, 32, 2, 2);
+    CHECK_THAT(message_of(shared), Contains("shared_diff_rank"));
+    shared.shared_diff_rank = 2;
+    shared.n_kv_heads = 1;
+    CHECK_THAT(message_of(shared), Contains("num_key_value_heads"));
+    AttentionConfig global = make(AttentionKind::dint, 32, 2, 2);
+    global.dint_integral = DintIntegral::global_mean;
+    CHECK_THAT(message_of(global), Contains("global_mean") && Contains("causal"));
+    global.causal = false;
+    CHECK(message_of(global) == "no error");
+    AttentionConfig theta = make(AttentionKind::diff, 32, 2, 2);
+    theta.rope_theta = 0;
+    CHECK_THAT(message_of(theta), Contains("rope_theta"));
+}
+
+TEST_CASE("forward checks its arguments", "[layers][attention][errors]") {
+    const AttentionConfig config = make(AttentionKind::dint, 32, 2, 2);
+    const MultiHeadAttention<double> module(config);
+    AttentionScratch<double> scratch(config, 8);
+    RowMatrix<double> x = RowMatrix<double>::Ones(8, 32), y(8, 32);
+    CHECK_NOTHROW(module.forward(x, y, scratch));
+    RowMatrix<double> too_long = RowMatrix<double>::Ones(9, 32), y9(9, 32);
+    CHECK_THROWS_AS(module.forward(too_long, y9, scratch), ShapeError);
+    RowMatrix<double> narrow = RowMatrix<double>::Ones(8, 31);
+    CHECK_THROWS_AS(module.forward(narrow, y, scratch), ShapeError);
+    RowMatrix<double> y_wrong(7, 32);
+    CHECK_THROWS_AS(module.forward(x, y_wrong, scratch), ShapeError);
+    CHECK_THROWS_AS(module.forward(x, x, scratch), ShapeError);  // out aliases x
+    AttentionScratch<double> other(make(AttentionKind::softmax, 32, 2, 2), 8);
+    CHECK_THROWS_AS(module.forward(x, y, other), ShapeError);
+    // Zero tokens is a no-op.
+    RowMatrix<double> empty(0, 32), empty_out(0, 32);
+    CHECK_NOTHROW(module.forward(empty, empty_out, scratch));
+}

@@ -1,0 +1,172 @@
+// RMSNorm, SwiGLU, interleaved rotary and lambda against the double transcription of SPEC 2.5,
+// 3.1 and 4 in naive_reference.hpp.
+#include "naive_reference.hpp"
+
+#include "diffattn/layers/lambda.hpp"
+#include "diffattn/layers/linear.hpp"
+#include "diffattn/layers/rms_norm.hpp"
+#include "diffattn/layers/rotary.hpp"
+#include "diffattn/layers/swiglu.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+
+using namespace diffattn;
+
+namespace {
+
+/// Max |a - b| over max(1, max |b|): a relative error for O(1) data.
+template <typename A>
+double relative_error(const A& actual, const naive::Mat& expected) {
+    const double scale = std::max(1.0, expected.cwiseAbs().maxCoeff());
+    return (actual.template cast<double>() - expected).cwiseAbs().maxCoeff() / scale;
+}
+
+/// Tolerance for a few chained float / double operations on O(1) data of width ~100.
+template <typename T>
+double tolerance() {
+    return 64 * std::numeric_limits<T>::epsilon();
+}
+
+template <typename T>
+RowMatrix<T> seeded(Index rows, Index cols, std::uint64_t seed, double scale = 1.0) {
+    SeededUniform random(seed);
+    RowMatrix<T> m(rows, cols);
+    for (Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<T>(scale * random.next());
+    return m;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("RmsNorm matches SPEC 4, also in place and on a column block", "[layers][rms_norm]", float,
+                   double) {
+    using T = TestType;
+    const Index n = 7, f = 24;
+    RmsNorm<T> norm(f, 1e-5);
+    norm.weight = seeded<T>(f, 1, 2).col(0);
+    const RowMatrix<T> x = seeded<T>(n, f, 1, 3.0);
+    const naive::Mat expected = naive::rms_norm(x.template cast<double>(), norm.weight.transpose().template cast<double>(), 1e-5);
+
+    RowMatrix<T> y(n, f);
+    norm(x, y);
+    CHECK(relative_error(y, expected) < tolerance<T>());
+
+    RowMatrix<T> in_place = x;
+    norm(in_place, in_place);
+    CHECK((in_place - y).cwiseAbs().maxCoeff() == T(0));
+
+    // A head inside a wider matrix: the neighbouring columns stay untouched.
+    RowMatrix<T> wide = RowMatrix<T>::Constant(n, 3 * f, T(7));
+    wide.middleCols(f, f) = x;
+    norm(wide.middleCols(f, f), wide.middleCols(f, f));
+    CHECK((wide.middleCols(f, f) - y).cwiseAbs().maxCoeff() == T(0));
+    CHECK((wide.leftCols(f).array() == T(7)).all());
+    CHECK((wide.rightCols(f).array() == T(7)).all());
+
+    // eps matters for small rows.
+    RmsNorm<T> big_eps(f, 1.0);
+    big_eps.weight = norm.weight;
+    RowMatrix<T> tiny = x * T(1e-3), y_big(n, f);
+    big_eps(tiny, y_big);
+    const naive::Mat expected_big =
+        naive::rms_norm(tiny.template cast<double>(), norm.weight.transpose().template cast<double>(), 1.0);
+    CHECK(relative_error(y_big, expected_big) < tolerance<T>());
+
+    RowMatrix<T> wrong(n, f + 1);
+    CHECK_THROWS_AS(norm(x, wrong), ShapeError);
+}
+
+TEMPLATE_TEST_CASE("SwiGlu matches SPEC 4", "[layers][swiglu]", float, double) {
+    using T = TestType;
+    const Index n = 9, d = 16, f = 43;
+    SwiGlu<T> mlp(d, f);
+    mlp.gate_proj = seeded<T>(f, d, 1, 0.5);
+    mlp.up_proj = seeded<T>(f, d, 2, 0.5);
+    mlp.down_proj = seeded<T>(d, f, 3, 0.3);
+    const RowMatrix<T> x = seeded<T>(n, d, 4, 2.0);
+    SwiGluScratch<T> scratch(12, f);
+    RowMatrix<T> y(n, d);
+    mlp(x, y, scratch);
+    const naive::Mat expected =
+        naive::swiglu(x.template cast<double>(), mlp.gate_proj.template cast<double>(),
+                      mlp.up_proj.template cast<double>(), mlp.down_proj.template cast<double>());
+    CHECK(relative_error(y, expected) < tolerance<T>());
+    CHECK(SwiGlu<T>::parameter_count(d, f) == 3 * d * f);
+
+    SwiGluScratch<T> small(n - 1, f);
+    CHECK_THROWS_AS(mlp(x, y, small), ShapeError);
+}
+
+TEST_CASE("linear is x W^T and checks shapes", "[layers][linear]") {
+    const RowMatrix<double> x = seeded<double>(3, 5, 1), w = seeded<double>(4, 5, 2);
+    RowMatrix<double> y(3, 4);
+    linear<double>(x, w, y);
+    CHECK((y - naive::linear(x, w)).cwiseAbs().maxCoeff() < 1e-14);
+    RowMatrix<double> bad(3, 5);
+    CHECK_THROWS_AS(linear<double>(x, w, bad), ShapeError);
+    CHECK_THROWS_AS(linear<double>(x, x, y), ShapeError);
+}
+
+TEMPLATE_TEST_CASE("interleaved rotary matches SPEC 3.1 on every map of a wide matrix", "[layers][rotary]", float,
+                   double) {
+    using T = TestType;
+    const Index n = 11, d = 8, maps = 3;
+    for (double theta : {10000.0, 100.0}) {
+        RotaryTable<T> table(d, 32, theta);
+        const RowMatrix<T> x = seeded<T>(n, maps * d, 5);
+        for (Index first : {Index(0), Index(5)}) {
+            RowMatrix<T> y = x;
+            table.apply(y, first);
+            for (Index m = 0; m < maps; ++m) {
+                const naive::Mat expected = naive::rotary(x.middleCols(m * d, d).template cast<double>(), theta, first);
+                CHECK(relative_error(RowMatrix<T>(y.middleCols(m * d, d)), expected) < tolerance<T>());
+            }
+        }
+    }
+}
+
+TEST_CASE("rotary: position 0 is the identity and scores depend only on the offset", "[layers][rotary]") {
+    const Index d = 16;
+    RotaryTable<double> table(d, 64, 10000.0);
+    RowMatrix<double> q = seeded<double>(1, d, 7), k = seeded<double>(1, d, 8);
+    RowMatrix<double> q0 = q;
+    table.apply(q0, 0);
+    CHECK((q0 - q).cwiseAbs().maxCoeff() == 0.0);
+    auto score = [&](Index pq, Index pk) {
+        RowMatrix<double> a = q, b = k;
+        table.apply(a, pq);
+        table.apply(b, pk);
+        return a.row(0).dot(b.row(0));
+    };
+    CHECK(score(10, 3) == Approx(score(27, 20)).epsilon(1e-12));
+    CHECK(std::abs(score(10, 3) - score(10, 4)) > 1e-6);
+
+    RowMatrix<double> too_long(65, d);
+    CHECK_THROWS_AS(table.apply(too_long, 0), ShapeError);
+    RowMatrix<double> odd(2, d + 3);
+    CHECK_THROWS_AS(table.apply(odd, 0), ShapeError);
+    CHECK_THROWS_AS(RotaryTable<double>(7, 4, 10000.0), ConfigError);
+}
+
+TEST_CASE("lambda_init(depth) and the lambda re-parameterisation (SPEC 2.5)", "[layers][lambda]") {
+    CHECK(lambda_init(0) == Approx(0.2).epsilon(1e-15));
+    CHECK(lambda_init(1) == Approx(0.8 - 0.6 * std::exp(-0.3)).epsilon(1e-15));
+    CHECK(lambda_init(30) == Approx(0.8 - 0.6 * std::exp(-9.0)).epsilon(1e-15));
+
+    DiffLambda<float> lambda(4);
+    lambda.q1 << 0.1f, -0.2f, 0.3f, 0.05f;
+    lambda.k1 << 0.2f, 0.1f, -0.1f, 0.4f;
+    lambda.q2 << -0.3f, 0.2f, 0.1f, 0.0f;
+    lambda.k2 << 0.1f, 0.1f, 0.1f, 0.1f;
+    naive::Tensors p;
+    p["lambda_q1"] = {lambda.q1.transpose().cast<double>()};
+    p["lambda_k1"] = {lambda.k1.transpose().cast<double>()};
+    p["lambda_q2"] = {lambda.q2.transpose().cast<double>()};
+    p["lambda_k2"] = {lambda.k2.transpose().cast<double>()};
+    CHECK(lambda.value(lambda_init(3)) == Approx(naive::lambda_full(p, 3)).epsilon(1e-14));
+    // All-zero vectors: exp(0) - exp(0) + lambda_init.
+    CHECK(DiffLambda<double>(8).value(lambda_init(2)) == Approx(lambda_init(2)).epsilon(1e-15));
+    CHECK(DiffLambda<double>::parameter_count(64) == 256);
+}

@@ -1,0 +1,76 @@
+// Helpers of the model tests: temporary directories and writing model directories
+// (config.json + model.safetensors, F32) from a model's parameter list.
+#pragma once
+
+#include "diffattn/io/safetensors.hpp"
+#include "diffattn/model/config_json.hpp"
+#include "diffattn/model/decoder_model.hpp"
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+namespace model_test {
+
+using namespace diffattn;
+
+/// A fresh directory under the system temp dir, removed with everything in it on destruction.
+class TempDir {
+public:
+    TempDir() {
+        static std::atomic<int> counter{0};
+        path_ = std::filesystem::temp_directory_path() /
+                ("diffattn_model_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+        std::filesystem::remove_all(path_);
+        std::filesystem::create_directories(path_);
+    }
+    ~TempDir() {
+        std::error_code ignored;
+        std::filesystem::remove_all(path_, ignored);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    const std::filesystem::path& path() const { return path_; }
+
+private:
+    std::filesystem::path path_;
+};
+
+/// The model's tensors as contiguous float buffers by name (3-D tensors gathered from their slices).
+struct TensorSet {
+    std::map<std::string, std::vector<Index>> shapes;
+    std::map<std::string, std::vector<float>> data;
+
+    std::map<std::string, TensorView> views() const {
+        std::map<std::string, TensorView> out;
+        for (const auto& [name, shape] : shapes) out.emplace(name, TensorView(shape, data.at(name).data()));
+        return out;
+    }
+};
+
+template <typename T>
+TensorSet tensors_of(DecoderModel<T>& model) {
+    TensorSet set;
+    for (const Parameter<T>& p : model.parameters()) {
+        std::vector<float>& buffer = set.data[p.name];
+        for (const ParameterSlice<T>& slice : p.slices) {
+            const auto m = slice.map();
+            for (Index r = 0; r < m.rows(); ++r)
+                for (Index c = 0; c < m.cols(); ++c) buffer.push_back(static_cast<float>(m(r, c)));
+        }
+        set.shapes[p.name] = p.shape;
+    }
+    return set;
+}
+
+/// Writes dir/config.json and dir/model.safetensors.
+inline void write_model_dir(const std::filesystem::path& dir, const ModelConfig& config, const TensorSet& tensors) {
+    write_model_config(dir / "config.json", config);
+    write_safetensors(dir / "model.safetensors", tensors.views());
+}
+
+}  // namespace model_test

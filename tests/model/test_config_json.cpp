@@ -1,0 +1,193 @@
+// config.json parsing (SPEC 5): defaults, required keys, bad values naming the key, warnings for
+// unknown or unused keys, and the global_mean / causal rule.
+#include "model_files.hpp"
+
+#include "diffattn/model/config_json.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace diffattn;
+using Catch::Matchers::Contains;
+using json = nlohmann::json;
+
+namespace {
+
+json minimal_diff() {
+    return json{{"attention", "diff"},      {"hidden_size", 32},      {"num_attention_heads", 2},
+                {"num_hidden_layers", 2},   {"intermediate_size", 85}, {"vocab_size", 50}};
+}
+
+/// The ConfigError message for `j`, or "no error".
+std::string error_of(const json& j) {
+    try {
+        model_config_from_json(j);
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+json with(json j, const std::string& key, json value) {
+    j[key] = std::move(value);
+    return j;
+}
+
+json without(json j, const std::string& key) {
+    j.erase(key);
+    return j;
+}
+
+}  // namespace
+
+TEST_CASE("config.json: missing keys take the SPEC 5 defaults", "[model][config]") {
+    std::vector<std::string> warnings;
+    const ModelConfig c = model_config_from_json(minimal_diff(), &warnings);
+    CHECK(warnings.empty());
+    CHECK(c.attention == AttentionKind::diff);
+    CHECK(c.hidden_size == 32);
+    CHECK(c.kv_heads() == 2);  // default: num_attention_heads
+    CHECK(c.rms_norm_eps == 1e-5);
+    CHECK(c.rope_theta == 10000.0);
+    CHECK_FALSE(c.tie_word_embeddings);
+    CHECK(c.dint_integral == DintIntegral::causal_softmax);
+    CHECK(c.diff_gqa_pairing == DiffGqaPairing::per_head);
+    CHECK(c.causal);
+    CHECK(c.mask() == MaskKind::causal);
+    CHECK(c.attention_config(1).head_dim() == 8);
+    CHECK(c.attention_config(1).depth == 1);
+
+    // JSON null is the same as a missing key.
+    const ModelConfig nulls = model_config_from_json(with(minimal_diff(), "num_key_value_heads", nullptr));
+    CHECK(nulls.kv_heads() == 2);
+}
+
+TEST_CASE("config.json: every key is read", "[model][config]") {
+    json j = minimal_diff();
+    j["attention"] = "dint";
+    j["num_attention_heads"] = 4;
+    j["num_key_value_heads"] = 2;
+    j["rms_norm_eps"] = 1e-6;
+    j["rope_theta"] = 500000.0;
+    j["tie_word_embeddings"] = true;
+    j["dint_integral"] = "causal_mean";
+    j["diff_gqa_pairing"] = "per_subhead";
+    j["causal"] = false;
+    const ModelConfig c = model_config_from_json(j);
+    CHECK(c.attention == AttentionKind::dint);
+    CHECK(c.kv_heads() == 2);
+    CHECK(c.rms_norm_eps == 1e-6);
+    CHECK(c.rope_theta == 500000.0);
+    CHECK(c.tie_word_embeddings);
+    CHECK(c.dint_integral == DintIntegral::causal_mean);
+    CHECK(c.diff_gqa_pairing == DiffGqaPairing::per_subhead);
+    CHECK_FALSE(c.causal);
+
+    const ModelConfig shared =
+        model_config_from_json(with(with(minimal_diff(), "attention", "shared_diff"), "shared_diff_rank", 3));
+    CHECK(shared.shared_diff_rank == 3);
+    const ModelConfig v2 = model_config_from_json(with(with(minimal_diff(), "attention", "diff_v2"), "head_dim", 6));
+    CHECK(v2.head_dim == 6);
+    CHECK(v2.attention_config().head_dim() == 6);
+
+    // Round trip through model_config_to_json.
+    const ModelConfig again = model_config_from_json(json::parse(model_config_to_json(c).dump()));
+    CHECK(model_config_to_json(again) == model_config_to_json(c));
+}
+
+TEST_CASE("config.json: a bad value is a ConfigError naming the key", "[model][config]") {
+    const json base = minimal_diff();
+    CHECK_THAT(error_of(with(base, "hidden_size", "32")), Contains("\"hidden_size\"") && Contains("integer"));
+    CHECK_THAT(error_of(with(base, "hidden_size", 32.5)), Contains("\"hidden_size\""));
+    CHECK_THAT(error_of(with(base, "hidden_size", -32)), Contains("\"hidden_size\""));
+    CHECK_THAT(error_of(with(base, "hidden_size", 0)), Contains("\"hidden_size\""));
+    CHECK_THAT(error_of(with(base, "hidden_size", true)), Contains("\"hidden_size\""));
+    CHECK_THAT(error_of(with(base, "hidden_size", 30)), Contains("hidden_size") && Contains("num_attention_heads"));
+    CHECK_THAT(error_of(with(base, "num_attention_heads", json::array({2}))), Contains("\"num_attention_heads\""));
+    CHECK_THAT(error_of(with(base, "num_key_value_heads", 3)), Contains("num_key_value_heads"));
+    CHECK_THAT(error_of(with(base, "num_hidden_layers", -1)), Contains("\"num_hidden_layers\""));
+    CHECK_THAT(error_of(with(base, "intermediate_size", 0)), Contains("\"intermediate_size\""));
+    CHECK_THAT(error_of(with(base, "vocab_size", "many")), Contains("\"vocab_size\""));
+    CHECK_THAT(error_of(with(base, "attention", "linear")), Contains("\"attention\"") && Contains("linear"));
+    CHECK_THAT(error_of(with(base, "attention", 3)), Contains("\"attention\""));
+    CHECK_THAT(error_of(with(base, "rms_norm_eps", 0)), Contains("\"rms_norm_eps\""));
+    CHECK_THAT(error_of(with(base, "rms_norm_eps", "1e-5")), Contains("\"rms_norm_eps\""));
+    CHECK_THAT(error_of(with(base, "rope_theta", -1.0)), Contains("\"rope_theta\""));
+    CHECK_THAT(error_of(with(base, "tie_word_embeddings", 1)), Contains("\"tie_word_embeddings\""));
+    CHECK_THAT(error_of(with(base, "causal", "yes")), Contains("\"causal\""));
+    CHECK_THAT(error_of(with(base, "dint_integral", "integral")), Contains("\"dint_integral\""));
+    CHECK_THAT(error_of(with(base, "diff_gqa_pairing", "per_group")), Contains("\"diff_gqa_pairing\""));
+    CHECK_THAT(error_of(with(base, "head_dim", 0)), Contains("\"head_dim\""));
+    CHECK_THAT(error_of(json::array({1, 2})), Contains("JSON object"));
+}
+
+TEST_CASE("config.json: required keys", "[model][config]") {
+    for (const char* key :
+         {"attention", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "vocab_size"}) {
+        INFO(key);
+        CHECK_THAT(error_of(without(minimal_diff(), key)), Contains("missing required key") && Contains(key));
+    }
+    CHECK_THAT(error_of(with(minimal_diff(), "attention", "shared_diff")), Contains("\"shared_diff_rank\""));
+    CHECK_THAT(error_of(with(minimal_diff(), "attention", "diff_v2")), Contains("\"head_dim\""));
+}
+
+TEST_CASE("config.json: global_mean needs \"causal\": false", "[model][config]") {
+    const json dint = with(with(minimal_diff(), "attention", "dint"), "dint_integral", "global_mean");
+    CHECK_THAT(error_of(dint), Contains("global_mean") && Contains("causal"));
+    CHECK(error_of(with(dint, "causal", false)) == "no error");
+    // causal_* integrals are fine in both settings.
+    CHECK(error_of(with(dint, "dint_integral", "causal_mean")) == "no error");
+}
+
+TEST_CASE("config.json: unknown and unused keys are warnings", "[model][config]") {
+    json j = minimal_diff();
+    j["model_type"] = "llama";
+    j["head_dim"] = 8;  // only diff_v2 uses it
+    std::vector<std::string> warnings;
+    const ModelConfig c = model_config_from_json(j, &warnings);
+    CHECK(c.hidden_size == 32);
+    REQUIRE(warnings.size() == 2);
+    CHECK_THAT(warnings[0] + warnings[1], Contains("\"model_type\"") && Contains("\"head_dim\""));
+    // No warnings vector: the keys are ignored silently.
+    CHECK_NOTHROW(model_config_from_json(j));
+
+    // From a file, to a stream.
+    model_test::TempDir dir;
+    std::ofstream(dir.path() / "config.json") << j.dump();
+    std::ostringstream stream;
+    read_model_config(dir.path() / "config.json", stream);
+    CHECK_THAT(stream.str(), Contains("warning") && Contains("model_type") && Contains("config.json"));
+}
+
+TEST_CASE("config.json files: unreadable, invalid JSON", "[model][config]") {
+    model_test::TempDir dir;
+    CHECK_THROWS_AS(read_model_config(dir.path() / "config.json"), FileError);
+    std::ofstream(dir.path() / "config.json") << "{\"attention\": \"diff\",";
+    try {
+        read_model_config(dir.path() / "config.json");
+        FAIL("no error");
+    } catch (const ConfigError& e) {
+        CHECK_THAT(std::string(e.what()), Contains("not valid JSON") && Contains("config.json"));
+    }
+    std::ofstream(dir.path() / "config.json") << with(minimal_diff(), "vocab_size", -5).dump();
+    try {
+        read_model_config(dir.path() / "config.json");
+        FAIL("no error");
+    } catch (const ConfigError& e) {
+        CHECK_THAT(std::string(e.what()), Contains((dir.path() / "config.json").string()) && Contains("vocab_size"));
+    }
+}
+
+TEST_CASE("parameter counts of the model formula", "[model][config][parameters]") {
+    ModelConfig c = model_config_from_json(minimal_diff());
+    // V D + L (attention + 2D + 3 D F) + D + V D
+    const Index D = 32, F = 85, V = 50, L = 2, d = 8;
+    const Index attention = 4 * D * D + 6 * d;
+    CHECK(c.parameter_count() == V * D + L * (attention + 2 * D + 3 * D * F) + D + V * D);
+    c.tie_word_embeddings = true;
+    CHECK(c.parameter_count() == V * D + L * (attention + 2 * D + 3 * D * F) + D);
+}

@@ -1,0 +1,128 @@
+// Loading model directories: every tensor present with its shape and no other, errors naming the
+// file and the tensor; a written seeded model loads back to the same logits (float and double).
+#include "model_files.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+using namespace diffattn;
+using Catch::Matchers::Contains;
+
+namespace {
+
+ModelConfig tiny(AttentionKind kind) {
+    ModelConfig c;
+    c.attention = kind;
+    c.hidden_size = 16;
+    c.num_attention_heads = 2;
+    c.num_hidden_layers = 2;
+    c.intermediate_size = 24;
+    c.vocab_size = 40;
+    if (kind == AttentionKind::shared_diff) c.shared_diff_rank = 2;
+    if (kind == AttentionKind::diff_v2) c.head_dim = 4;
+    return c;
+}
+
+/// The FileError message of loading `dir`, or "no error".
+std::string load_error(const std::filesystem::path& dir) {
+    try {
+        DecoderModel<float>::load(dir);
+    } catch (const FileError& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+const std::vector<Token> kTokens = {1, 7, 3, 39, 0, 12, 12, 5};
+
+}  // namespace
+
+TEST_CASE("a written model directory loads back to the same logits", "[model][files]") {
+    for (AttentionKind kind : {AttentionKind::softmax, AttentionKind::diff, AttentionKind::dint,
+                               AttentionKind::shared_diff, AttentionKind::diff_v2}) {
+        INFO(to_string(kind));
+        ModelConfig config = tiny(kind);
+        config.tie_word_embeddings = kind == AttentionKind::diff;
+        DecoderModel<float> original = DecoderModel<float>::seeded(config, 42);
+        model_test::TempDir dir;
+        model_test::write_model_dir(dir.path(), config, model_test::tensors_of(original));
+
+        const DecoderModel<float> loaded = DecoderModel<float>::load(dir.path());
+        CHECK((loaded.logits(kTokens) - original.logits(kTokens)).cwiseAbs().maxCoeff() == 0.0f);
+        const DecoderModel<double> loaded_double = DecoderModel<double>::load(dir.path());
+        const RowMatrix<double> logits_double = loaded_double.logits(kTokens);
+        CHECK((logits_double.cast<float>() - original.logits(kTokens)).cwiseAbs().maxCoeff() < 1e-4f);
+    }
+}
+
+TEST_CASE("a missing tensor is a FileError naming the file and the tensor", "[model][files]") {
+    const ModelConfig config = tiny(AttentionKind::dint);
+    DecoderModel<float> model = DecoderModel<float>::seeded(config, 1);
+    model_test::TensorSet tensors = model_test::tensors_of(model);
+    for (const std::string name : {"model.layers.1.mlp.up_proj.weight", "model.layers.0.self_attn.lambda_k2",
+                                   "lm_head.weight", "model.norm.weight"}) {
+        INFO(name);
+        model_test::TensorSet missing = tensors;
+        missing.shapes.erase(name);
+        missing.data.erase(name);
+        model_test::TempDir dir;
+        model_test::write_model_dir(dir.path(), config, missing);
+        CHECK_THAT(load_error(dir.path()), Contains("model.safetensors") && Contains(name) && Contains("missing"));
+    }
+}
+
+TEST_CASE("an unexpected tensor is a FileError naming it", "[model][files]") {
+    const ModelConfig config = tiny(AttentionKind::diff);
+    DecoderModel<float> model = DecoderModel<float>::seeded(config, 1);
+    model_test::TensorSet tensors = model_test::tensors_of(model);
+    tensors.shapes["model.layers.0.self_attn.q_proj.bias"] = {16};
+    tensors.data["model.layers.0.self_attn.q_proj.bias"] = std::vector<float>(16, 0.0f);
+    model_test::TempDir dir;
+    model_test::write_model_dir(dir.path(), config, tensors);
+    CHECK_THAT(load_error(dir.path()), Contains("model.safetensors") && Contains("unexpected") &&
+                                           Contains("model.layers.0.self_attn.q_proj.bias"));
+
+    // A tied model must not carry lm_head.weight.
+    ModelConfig tied = config;
+    tied.tie_word_embeddings = true;
+    model_test::TensorSet untied = model_test::tensors_of(model);
+    model_test::TempDir dir2;
+    model_test::write_model_dir(dir2.path(), tied, untied);
+    CHECK_THAT(load_error(dir2.path()), Contains("unexpected") && Contains("lm_head.weight"));
+}
+
+TEST_CASE("a tensor of the wrong shape is a FileError naming it and both shapes", "[model][files]") {
+    ModelConfig config = tiny(AttentionKind::diff);
+    config.num_attention_heads = 4;
+    config.num_key_value_heads = 2;
+    config.hidden_size = 32;
+    DecoderModel<float> model = DecoderModel<float>::seeded(config, 1);
+    model_test::TensorSet tensors = model_test::tensors_of(model);
+    // k_proj as if there were no GQA: [32, 32] instead of [16, 32].
+    const std::string name = "model.layers.1.self_attn.k_proj.weight";
+    tensors.shapes[name] = {32, 32};
+    tensors.data[name].resize(32 * 32);
+    model_test::TempDir dir;
+    model_test::write_model_dir(dir.path(), config, tensors);
+    CHECK_THAT(load_error(dir.path()), Contains("model.safetensors") && Contains(name) && Contains("[32, 32]") &&
+                                           Contains("[16, 32]"));
+
+    // A Shared DIFF factor with the wrong rank.
+    const ModelConfig shared = tiny(AttentionKind::shared_diff);
+    DecoderModel<float> shared_model = DecoderModel<float>::seeded(shared, 1);
+    model_test::TensorSet shared_tensors = model_test::tensors_of(shared_model);
+    shared_tensors.shapes["model.layers.0.self_attn.q2_b"] = {2, 4, 3};
+    shared_tensors.data["model.layers.0.self_attn.q2_b"].resize(24);
+    model_test::TempDir dir2;
+    model_test::write_model_dir(dir2.path(), shared, shared_tensors);
+    CHECK_THAT(load_error(dir2.path()), Contains("q2_b") && Contains("[2, 4, 3]") && Contains("[2, 4, 2]"));
+}
+
+TEST_CASE("missing files and directories", "[model][files]") {
+    model_test::TempDir dir;
+    CHECK_THAT(load_error(dir.path() / "nope"), Contains("nope"));
+    CHECK_THROWS_AS(DecoderModel<float>::load(dir.path()), FileError);  // no config.json
+    write_model_config(dir.path() / "config.json", tiny(AttentionKind::diff));
+    CHECK_THAT(load_error(dir.path()), Contains("model.safetensors"));
+}
