@@ -7,6 +7,9 @@
 //   diffattn-forward --logits out.safetensors  also write all logits as F32 tensor `logits` [tokens, vocab]
 //   diffattn-forward --threads 4               attention heads on 4 threads (OpenMP builds)
 //   diffattn-forward --precision double        compute in double instead of float
+//   diffattn-forward --generate 16             greedy continuation by 16 tokens with a KV cache,
+//                                              printed as one line "generated: <id> <id> ..."
+//   diffattn-forward --generate 16 --no-cache  the same, recomputing the full forward every step
 //
 // The embedded demo model is a DINT Transformer (the family's flagship) with seeded weights
 // (init_parameters_uniform, seed 1234), the same on every platform:
@@ -19,6 +22,8 @@
 #include "diffattn/io/safetensors.hpp"
 #include "diffattn/model/config_json.hpp"
 #include "diffattn/model/decoder_model.hpp"
+#include "diffattn/model/generate.hpp"
+#include "diffattn/model/kv_cache.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -65,11 +70,14 @@ struct Options {
     std::optional<std::string> logits_path;
     int threads = 1;
     bool use_double = false;
+    int generate = 0;       // --generate K: tokens to generate greedily (0: none)
+    bool use_cache = true;  // --no-cache: full recompute at every generation step
 };
 
 void print_help(std::ostream& out) {
     out << "usage: diffattn-forward [--model DIR] [--tokens \"ID ID ...\"] [--logits FILE]\n"
-           "                        [--threads T] [--precision float|double] [--help]\n"
+           "                        [--threads T] [--precision float|double]\n"
+           "                        [--generate K [--no-cache]] [--help]\n"
            "\n"
            "Runs a differential-attention decoder (diffattn) over a token sequence and prints the\n"
            "configuration, the parameter count, the time and the top-5 next tokens.\n"
@@ -84,12 +92,20 @@ void print_help(std::ostream& out) {
            "  --threads T        run attention heads on T threads (OpenMP builds; default 1).\n"
            "                     The results do not depend on T.\n"
            "  --precision P      float (default) or double.\n"
+           "  --generate K       continue the tokens greedily by K tokens (the argmax of each\n"
+           "                     step's last logits row) and print them as one line\n"
+           "                     \"generated: <id> <id> ...\", with the time per token. Uses a KV\n"
+           "                     cache: the tokens are prefilled in one call, then each new token\n"
+           "                     is one decode call (SPEC 6). Not for encoder or DINT global_mean\n"
+           "                     models (add --no-cache).\n"
+           "  --no-cache         with --generate: recompute the full forward over all tokens at\n"
+           "                     every step instead (same tokens, slower).\n"
            "  --help             this text.\n"
            "\n"
            "Exit status: 0 on success, 2 for a bad flag, file, configuration or token id.\n";
 }
 
-int parse_positive_int(const std::string& flag, const std::string& text) {
+int parse_positive_int(const std::string& flag, const std::string& text, long max = 1024) {
     std::size_t used = 0;
     long value = 0;
     try {
@@ -97,8 +113,8 @@ int parse_positive_int(const std::string& flag, const std::string& text) {
     } catch (...) {
         used = 0;
     }
-    if (used != text.size() || text.empty() || value < 1 || value > 1024) {
-        throw UsageError{flag + " needs an integer in [1, 1024], got \"" + text + "\""};
+    if (used != text.size() || text.empty() || value < 1 || value > max) {
+        throw UsageError{flag + " needs an integer in [1, " + std::to_string(max) + "], got \"" + text + "\""};
     }
     return static_cast<int>(value);
 }
@@ -127,10 +143,15 @@ Options parse_arguments(int argc, char** argv) {
             const std::string p = value();
             if (p != "float" && p != "double") throw UsageError{"--precision must be float or double, got \"" + p + "\""};
             options.use_double = p == "double";
+        } else if (flag == "--generate") {
+            options.generate = parse_positive_int(flag, value(), 1000000);
+        } else if (flag == "--no-cache") {
+            options.use_cache = false;
         } else {
             throw UsageError{"unknown argument \"" + flag + "\""};
         }
     }
+    if (!options.use_cache && options.generate == 0) throw UsageError{"--no-cache needs --generate K"};
     return options;
 }
 
@@ -168,6 +189,13 @@ int run(const Options& options) {
                                                     : DecoderModel<T>::seeded(demo_config(), kDemoSeed);
     for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
     const ModelConfig& config = model.config();
+    if (options.generate > 0 && options.use_cache &&
+        (!config.causal ||
+         (config.attention == AttentionKind::dint && config.dint_integral == DintIntegral::global_mean))) {
+        throw UsageError{std::string("--generate: this model cannot use a KV cache (") +
+                         (config.causal ? "dint_integral global_mean" : "an encoder, \"causal\": false") +
+                         "); add --no-cache"};
+    }
 
     // 2. The tokens.
     std::vector<Token> tokens;
@@ -219,6 +247,29 @@ int run(const Options& options) {
     if (options.logits_path) {
         write_safetensors(*options.logits_path, {{"logits", TensorView(logits)}});
         std::cout << "wrote logits [" << n << ", " << config.vocab_size << "] to " << *options.logits_path << "\n";
+    }
+
+    // 6. Optionally greedy generation, with the KV cache (prefill + one decode call per token) or
+    //    with a full forward at every step.
+    if (options.generate > 0) {
+        const Index count = options.generate;
+        if (options.use_cache) {
+            const std::size_t per_token = KvCache<T>::bytes_per_token(config);
+            std::cout << "generation: " << count << " tokens, greedy, KV cache of " << per_token
+                      << " bytes per token (" << per_token * static_cast<std::size_t>(n + count - 1) << " bytes for "
+                      << n + count - 1 << " tokens)\n";
+        } else {
+            std::cout << "generation: " << count << " tokens, greedy, full forward at every step (--no-cache)\n";
+        }
+        const auto begin = std::chrono::steady_clock::now();
+        const std::vector<Token> generated = generate(model, tokens, count, options.use_cache, threads);
+        const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+        std::cout << "generated:";
+        for (Token t : generated) std::cout << " " << t;
+        std::cout << "\n"
+                  << std::setprecision(3) << "generation time: " << total * 1e3 << " ms (setup and prefill included), "
+                  << total * 1e3 / static_cast<double>(count) << " ms per generated token" << std::setprecision(1)
+                  << ", " << static_cast<double>(count) / std::max(total, 1e-12) << " tokens/s\n";
     }
     return 0;
 }

@@ -10,10 +10,11 @@
 //     O_h = (1 - lambda_init?) * subln(O_h)        (DIFF family; the factor for diff, shared_diff)
 //   y = concat_h(O_h) out_proj^T
 //
-// KV cache (SPEC 6, a later step): the rotated K and V rows of the new tokens are appended to a
-// per-layer cache and the heads read S = cached + N rows; positions start at the cache length and
-// DINT heads pass their DintHistory. The kernels already take that S >= N form, so the cache
-// only changes where `keys` / `values` / `first_position` come from in forward().
+// KV cache (SPEC 6): the rotated K and V rows of the new tokens are written to the layer's cache
+// (layers/kv_cache_view.hpp) after its `length` earlier rows, the heads read all S = length + N
+// rows (the kernels' S >= N form, causal offset S - N), positions start at `length` and DINT heads
+// pass their per-head DintHistory. Without a cache the same path runs over a view of the scratch
+// with length 0: prefill, decode and the plain forward are one code path.
 #pragma once
 
 #include "diffattn/core/checks.hpp"
@@ -23,6 +24,7 @@
 #include "diffattn/layers/attention_heads.hpp"
 #include "diffattn/layers/attention_scratch.hpp"
 #include "diffattn/layers/head_parallel.hpp"
+#include "diffattn/layers/kv_cache_view.hpp"
 #include "diffattn/layers/lambda.hpp"
 #include "diffattn/layers/linear.hpp"
 #include "diffattn/layers/parameters.hpp"
@@ -126,27 +128,43 @@ public:
     ///   alias x); scratch built for this geometry with max_len >= N. Const: any number of threads
     ///   may run forward() on one module at once, each with its own scratch.
     void forward(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch) const {
+        forward(x, out, scratch, nullptr);
+    }
+
+    /// As above for N new tokens after the `cache->length` tokens of a KV cache (SPEC 6): their
+    /// positions are length .. length + N - 1, their rotated keys and values are written to cache
+    /// rows [length, length + N), and they attend to all length + N cached rows. `cache` null is
+    /// the plain forward (an empty cache over the scratch). The cache's length is not advanced
+    /// (its owner does that after the last layer). Needs a causal module (not "causal": false, not
+    /// DINT global_mean: OptionError) and room for N more rows (ShapeError). The first call with a
+    /// cache longer than the scratch's max_len grows the scratch's kernel workspaces once.
+    void forward(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch,
+                 KvCacheView<T>* cache) const {
         const Index n = x.rows();
         check_call(x, out, scratch);
+        if (cache != nullptr) check_cache(*cache, n, scratch);
         if (n == 0) return;
-        auto q = scratch.q.topRows(n);          // [N x q_width]
-        auto k = scratch.k.topRows(n);          // [N x k_width]
-        auto v = scratch.v.topRows(n);          // [N x v_width]
-        auto heads = scratch.heads.topRows(n);  // [N x out_width]
+        // Without a cache, this call's keys and values live in the scratch: an empty cache with no history.
+        KvCacheView<T> scratch_view{MatrixRef<T>(scratch.k), MatrixRef<T>(scratch.v), 0, nullptr, &scratch.rotary};
+        KvCacheView<T>& kv = cache != nullptr ? *cache : scratch_view;
+        const Index first_position = kv.length;  // positions count from the first token, cache included
+        const Index seq_len_kv = kv.length + n;  // S
+        auto q = scratch.q.topRows(n);                      // [N x q_width]
+        auto k = kv.keys.middleRows(kv.length, n);          // [N x k_width] this call's keys, in the cache
+        auto v = kv.values.middleRows(kv.length, n);        // [N x v_width] this call's values, in the cache
+        auto heads = scratch.heads.topRows(n);              // [N x out_width]
 
         // 1. Projections (SPEC 3.1-3.4).
         project_queries_and_keys(x, q, k, scratch);
         linear<T>(x, weights_.v_proj, v);
 
         // 2. Rotary on every query and key map (SPEC 3.1); positions start at the cache length.
-        const Index first_position = 0;
-        scratch.rotary.apply(q, first_position);
-        scratch.rotary.apply(k, first_position);
+        kv.rotary->apply(q, first_position);
+        kv.rotary->apply(k, first_position);
 
-        // 3. Keys and values the heads attend to: this call's S = N rows (a KV cache would
-        //    append k, v to its rows and hand over all S = cached + N of them here).
-        const ConstMatrixRef<T> keys = k;    // [S x k_width]
-        const ConstMatrixRef<T> values = v;  // [S x v_width]
+        // 3. Keys and values the heads attend to: the S = cached + N rows (S = N without a cache).
+        const ConstMatrixRef<T> keys = kv.keys.topRows(seq_len_kv);      // [S x k_width]
+        const ConstMatrixRef<T> values = kv.values.topRows(seq_len_kv);  // [S x v_width]
 
         // 4. Per-kind scalars: the layer's lambda (DIFF family) or the per-token gates (diff_v2).
         if (config_.kind == AttentionKind::diff_v2) {
@@ -168,7 +186,7 @@ public:
                                    : ConstMatrixRef<T>(heads),
                                static_cast<T>(lambda()),
                                options,
-                               nullptr};
+                               kv.dint_histories};
 
         // 5. The heads: kernel, then subln and the output factor. The one switch from the runtime
         //    kind to its compile-time policy.
@@ -202,6 +220,34 @@ private:
         require<ShapeError>(config_.kind != AttentionKind::shared_diff || merged_ ||
                                 scratch.shared_xa.rows() >= x.rows(),
                             function, ": the scratch has no shared_diff buffers");
+    }
+
+    void check_cache(const KvCacheView<T>& cache, Index n, AttentionScratch<T>& scratch) const {
+        constexpr const char* function = "MultiHeadAttention::forward";
+        require<OptionError>(config_.kind != AttentionKind::dint || config_.dint_integral != DintIntegral::global_mean,
+                             function, ": dint_integral global_mean averages A1 over all rows, future ones included, "
+                             "so it cannot be decoded incrementally with a KV cache");
+        require<OptionError>(config_.causal, function, ": a KV cache needs a causal (decoder) module, but this one "
+                             "is bidirectional (\"causal\": false): earlier tokens would have to see later ones");
+        require<ShapeError>(cache.keys.cols() == config_.k_width() && cache.values.cols() == config_.v_width() &&
+                                cache.values.rows() == cache.keys.rows(),
+                            function, ": the KV cache has keys ", detail::shape_of(cache.keys), " and values ",
+                            detail::shape_of(cache.values), " but this module needs ", config_.k_width(), " and ",
+                            config_.v_width(), " columns and equal row counts");
+        require<ShapeError>(cache.length >= 0 && n <= cache.capacity() - cache.length, function,
+                            ": the KV cache holds ", cache.length, " of at most ", cache.capacity(), " tokens; ", n,
+                            " more do not fit");
+        require<ShapeError>(cache.rotary != nullptr && cache.rotary->head_dim() == config_.head_dim() &&
+                                cache.rotary->max_positions() >= cache.length + n,
+                            function, ": the KV cache's rotary table does not cover positions [", cache.length, ", ",
+                            cache.length + n, ") of maps of width ", config_.head_dim());
+        require<OptionError>(config_.kind != AttentionKind::dint || cache.dint_histories != nullptr, function,
+                             ": a dint module with a KV cache needs the per-head DintHistory of the cached rows");
+        // The kernels need scratch for S = length + N keys (DINT's column sums): size it once for the
+        // whole cache, so that decoding never allocates.
+        for (AttentionWorkspace<T>& ws : scratch.workspaces) {
+            ws.reserve(scratch.max_len(), cache.capacity(), config_.head_dim(), config_.value_dim());
+        }
     }
 
     void project_queries_and_keys(const ConstMatrixRef<T>& x, MatrixRef<T> q, MatrixRef<T> k,

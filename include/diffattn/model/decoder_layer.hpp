@@ -6,6 +6,7 @@
 
 #include "diffattn/core/types.hpp"
 #include "diffattn/layers/attention_scratch.hpp"
+#include "diffattn/layers/kv_cache_view.hpp"
 #include "diffattn/layers/multi_head_attention.hpp"
 #include "diffattn/layers/parameters.hpp"
 #include "diffattn/layers/rms_norm.hpp"
@@ -59,12 +60,14 @@ struct DecoderLayer {
     }
 
     /// x [N x D], the residual stream, updated in place; scratch sized for >= N tokens.
-    void forward(MatrixRef<T> x, LayerScratch<T>& scratch) const {
+    /// cache: this layer's KV cache (the N tokens follow its `length` cached ones), or null for a
+    /// plain forward over positions 0 .. N-1 (MultiHeadAttention::forward).
+    void forward(MatrixRef<T> x, LayerScratch<T>& scratch, KvCacheView<T>* cache = nullptr) const {
         const Index n = x.rows();
         auto normed = scratch.normed.topRows(n);  // [N x D]
         auto branch = scratch.branch.topRows(n);  // [N x D]
-        input_layernorm(x, normed);                              // RMSNorm_in(X)
-        self_attn.forward(normed, branch, scratch.attention);    // Attn(RMSNorm_in(X))
+        input_layernorm(x, normed);                                     // RMSNorm_in(X)
+        self_attn.forward(normed, branch, scratch.attention, cache);    // Attn(RMSNorm_in(X))
         x += branch;                                             // Y = X + Attn(...)
         post_attention_layernorm(x, normed);                     // RMSNorm_post(Y)
         mlp(normed, branch, scratch.mlp);                        // SwiGLU(RMSNorm_post(Y))

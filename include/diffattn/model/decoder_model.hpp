@@ -5,7 +5,8 @@
 // With "causal": false it is a bidirectional encoder stack (every attention mask is none).
 //
 // Templated on the scalar type (float or double). forward() is const and keeps all its scratch
-// in a caller-owned ForwardState, so one model serves any number of threads at once.
+// in a caller-owned ForwardState (and, for incremental decoding, a caller-owned KvCache per
+// sequence, model/kv_cache.hpp), so one model serves any number of threads at once.
 #pragma once
 
 #include "diffattn/core/checks.hpp"
@@ -19,6 +20,7 @@
 #include "diffattn/model/config_json.hpp"
 #include "diffattn/model/decoder_layer.hpp"
 #include "diffattn/model/forward_state.hpp"
+#include "diffattn/model/kv_cache.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -118,30 +120,63 @@ public:
     /// Run state for calls of up to max_len tokens with attention heads on `threads` threads.
     ForwardState<T> make_state(Index max_len, int threads = 1) const { return ForwardState<T>(config_, max_len, threads); }
 
-    /// logits [N x V] of the N tokens (positions 0 .. N-1), into caller-owned `logits`.
-    /// Throws ShapeError for a token id outside [0, V), too many tokens for the state, or a
-    /// state of another configuration.
-    void forward(const std::vector<Token>& tokens, ForwardState<T>& state, MatrixRef<T> logits) const {
+    /// logits [N x V] of the N tokens, into caller-owned `logits`.
+    ///
+    /// Without a cache the tokens are a whole sequence at positions 0 .. N-1. With a cache
+    /// (SPEC 6) they continue the cache's sequence: positions cache->length() .. + N - 1; every
+    /// layer appends their rotated keys and values to the cache and attends over all cached rows
+    /// (DINT heads continue their histories), then the cache's length grows by N. Prefill (an empty
+    /// cache, the whole prompt) and decode (one token or a chunk per call) are the same call, and
+    /// the plain forward is the same path with the keys in the state instead of a cache. Feeding a
+    /// sequence whole, token by token or in chunks gives the same logits up to rounding.
+    /// The state's max_len bounds N (the chunk), the cache's max_len bounds the context.
+    ///
+    /// Throws ShapeError for a token id outside [0, V), too many tokens for the state, a state of
+    /// another configuration, a cache of another configuration, or a cache without room for N
+    /// more tokens (the cache never grows; it is left unchanged). The caller owns state and cache:
+    /// one of each per concurrent sequence. (Should a layer throw after these checks, the cache is
+    /// reset, as its layers would disagree.)
+    void forward(const std::vector<Token>& tokens, ForwardState<T>& state, MatrixRef<T> logits,
+                 KvCache<T>* cache = nullptr) const {
         const Index n = static_cast<Index>(tokens.size());
         check_call(tokens, state);
         detail::require_shape("DecoderModel::forward", detail::named("logits", logits), n, config_.vocab_size);
+        if (cache != nullptr) check_cache(*cache, n);
         if (n == 0) return;
         auto x = state.x.topRows(n);            // [N x D] residual stream
         auto normed = state.normed.topRows(n);  // [N x D]
         for (Index i = 0; i < n; ++i) x.row(i) = embed_tokens.row(tokens[static_cast<std::size_t>(i)]);
-        for (const DecoderLayer<T>& layer : layers) layer.forward(x, state.layer);
+        if (cache == nullptr) {
+            for (const DecoderLayer<T>& layer : layers) layer.forward(x, state.layer);
+        } else {
+            try {
+                for (std::size_t i = 0; i < layers.size(); ++i) {
+                    KvCacheView<T> view = cache->view(static_cast<Index>(i));  // [cached + N rows] of layer i
+                    layers[i].forward(x, state.layer, &view);
+                }
+            } catch (...) {
+                cache->reset();
+                throw;
+            }
+            cache->advance(n);
+        }
         norm(x, normed);
         linear<T>(normed, config_.tie_word_embeddings ? embed_tokens : lm_head, logits);
     }
 
     /// As above, into state.logits; returns a view of its first N rows [N x V] (valid until the
     /// state's next use; copy it into a RowMatrix to keep it).
-    ConstMatrixRef<T> forward(const std::vector<Token>& tokens, ForwardState<T>& state) const {
+    ConstMatrixRef<T> forward(const std::vector<Token>& tokens, ForwardState<T>& state,
+                              KvCache<T>* cache = nullptr) const {
         const Index n = static_cast<Index>(tokens.size());
         check_call(tokens, state);
-        forward(tokens, state, state.logits.topRows(n));
+        forward(tokens, state, state.logits.topRows(n), cache);
         return ConstMatrixRef<T>(state.logits.topRows(n));
     }
+
+    /// An empty KV cache for sequences of up to max_len tokens of this model (KvCache's
+    /// constructor: OptionError for an encoder or DINT global_mean model).
+    KvCache<T> make_cache(Index max_len) const { return KvCache<T>(config_, max_len); }
 
     /// Convenience: a fresh single-threaded state and a new logits matrix [N x V].
     RowMatrix<T> logits(const std::vector<Token>& tokens) const {
@@ -169,6 +204,21 @@ private:
             require<ShapeError>(tokens[i] >= 0 && tokens[i] < config_.vocab_size, function, ": token ", i, " is ",
                                 tokens[i], ", outside the vocabulary [0, ", config_.vocab_size, ")");
         }
+    }
+
+    void check_cache(const KvCache<T>& cache, Index n) const {
+        constexpr const char* function = "DecoderModel::forward";
+        require<OptionError>(config_.causal, function, ": the model is a bidirectional encoder (\"causal\": false); "
+                             "a KV cache needs a causal decoder");
+        require<ShapeError>(cache.compatible(config_), function,
+                            ": the KvCache was made for another configuration (attention ",
+                            to_string(cache.config().attention), ", ", cache.config().num_hidden_layers,
+                            " layers; this model: ", to_string(config_.attention), ", ", config_.num_hidden_layers,
+                            " layers)");
+        require<ShapeError>(n <= cache.remaining(), function, ": the KvCache holds ", cache.length(), " of at most ",
+                            cache.max_len(), " tokens, so ", n, " more (", cache.length() + n,
+                            ") would pass its max_len; it does not grow: make it with a larger max_len, or reset() "
+                            "it for a new sequence");
     }
 
     ModelConfig config_;

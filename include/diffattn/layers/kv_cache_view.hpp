@@ -1,0 +1,28 @@
+// One layer's share of a KV cache, as a multi-head attention module sees it (SPEC 6).
+//
+// The module writes the N rotated key rows and value rows of its call at rows [length, length + N)
+// and attends over rows [0, length + N) (the kernels' S >= N form, causal offset S - N = length);
+// rotary positions start at `length`. It does not advance `length`: the owner of the cache
+// (model/kv_cache.hpp) does that once every layer has run. Without a cache the module uses the
+// same path over a view of its scratch with length 0, so prefill and decode share one code path.
+#pragma once
+
+#include "diffattn/core/types.hpp"
+#include "diffattn/kernels/options.hpp"
+#include "diffattn/layers/rotary.hpp"
+
+namespace diffattn {
+
+template <typename T>
+struct KvCacheView {
+    MatrixRef<T> keys;               ///< [capacity x k_width]  rotated keys; rows [0, length) hold earlier tokens
+    MatrixRef<T> values;             ///< [capacity x v_width]  values; rows [0, length) hold earlier tokens
+    Index length;                    ///< tokens already cached = position of this call's first token
+    DintHistory<T>* dint_histories;  ///< dint: [H] per-head histories with rows == length; else nullptr
+    const RotaryTable<T>* rotary;    ///< cos / sin of positions [0, capacity) at least
+
+    /// Rows the cache can hold: length + N must not exceed it.
+    Index capacity() const { return keys.rows(); }
+};
+
+}  // namespace diffattn

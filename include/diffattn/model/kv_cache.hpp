@@ -1,0 +1,165 @@
+// The KV cache of one sequence for incremental decoding (SPEC 6): per layer the rotated keys and
+// the values of every token so far, and per layer and head the DINT history (causal_mean: the
+// running sum of O1 rows; causal_softmax: the running column sums of A1).
+//
+// Capacity policy: fixed. A cache is made for a maximum context `max_len` and allocates all its
+// memory then; it never grows (a call that would pass max_len is a ShapeError naming the lengths,
+// and leaves the cache as it was), so decoding allocates nothing. reset() empties it for the next
+// sequence, keeping the memory.
+//
+// Memory (bytes_per_token(), T = float or double; widths as in AttentionConfig):
+//   per token:  L (k_width + v_width) sizeof(T)      keys and values of every layer
+//             + L H sizeof(T)                         dint causal_softmax: A1 column sums, per head
+//             + d sizeof(T)                           the rotary table (cos and sin of d/2 pairs)
+//   fixed:      L H dv sizeof(T)                      dint causal_mean: O1 row sums, per head
+//   bytes() = max_len * bytes_per_token() + fixed.
+//
+// A cache belongs to one sequence and one caller at a time; the model stays const (see
+// DecoderModel::forward).
+#pragma once
+
+#include "diffattn/core/error.hpp"
+#include "diffattn/core/types.hpp"
+#include "diffattn/kernels/options.hpp"
+#include "diffattn/layers/attention_config.hpp"
+#include "diffattn/layers/kv_cache_view.hpp"
+#include "diffattn/layers/rotary.hpp"
+#include "diffattn/model/config.hpp"
+
+#include <cstddef>
+#include <vector>
+
+namespace diffattn {
+
+template <typename T>
+class DecoderModel;
+
+template <typename T>
+class KvCache {
+public:
+    /// An empty cache for up to `max_len` tokens of models with this configuration. Throws
+    /// ConfigError for an invalid config, ShapeError for max_len < 1, and OptionError for a model
+    /// that cannot be decoded incrementally: an encoder ("causal": false) or DINT global_mean.
+    KvCache(const ModelConfig& config, Index max_len) : config_(checked(config, max_len)) {
+        const AttentionConfig attention = config_.attention_config();
+        const auto layers = static_cast<std::size_t>(config_.num_hidden_layers);
+        keys_.reserve(layers);
+        values_.reserve(layers);
+        for (std::size_t i = 0; i < layers; ++i) {
+            keys_.emplace_back(max_len, attention.k_width());
+            values_.emplace_back(max_len, attention.v_width());
+        }
+        if (config_.attention == AttentionKind::dint) {
+            dint_.resize(layers * static_cast<std::size_t>(config_.num_attention_heads));
+            for (DintHistory<T>& history : dint_) {
+                if (config_.dint_integral == DintIntegral::causal_softmax) {
+                    history.a1_column_sum = Vector<T>::Zero(max_len);  // room for every key: never grows
+                } else {
+                    history.o1_row_sum = Vector<T>::Zero(attention.value_dim());
+                }
+            }
+        }
+        rotary_ = RotaryTable<T>(attention.head_dim(), max_len, config_.rope_theta);
+    }
+
+    /// The configuration the cache was made for.
+    const ModelConfig& config() const { return config_; }
+    /// Maximum number of tokens (prompt and generated) the cache holds.
+    Index max_len() const { return rotary_.max_positions(); }
+    /// Tokens cached so far: the position of the next token.
+    Index length() const { return length_; }
+    /// Tokens that still fit.
+    Index remaining() const { return max_len() - length_; }
+    bool empty() const { return length_ == 0; }
+
+    /// Forgets every token (and the DINT histories) so the cache can serve a new sequence; keeps
+    /// the memory.
+    void reset() {
+        length_ = 0;
+        for (DintHistory<T>& history : dint_) history.reset();
+    }
+
+    /// The rotated keys of layer `layer`, [length x k_width] (valid until the cache changes).
+    ConstMatrixRef<T> keys(Index layer) const { return keys_.at(static_cast<std::size_t>(layer)).topRows(length_); }
+    /// The values of layer `layer`, [length x v_width].
+    ConstMatrixRef<T> values(Index layer) const {
+        return values_.at(static_cast<std::size_t>(layer)).topRows(length_);
+    }
+
+    /// Bytes held by the cache (keys, values, DINT histories, rotary table): max_len *
+    /// bytes_per_token() + the fixed DINT causal_mean sums.
+    std::size_t bytes() const {
+        std::size_t scalars = 0;
+        for (const RowMatrix<T>& m : keys_) scalars += static_cast<std::size_t>(m.size());
+        for (const RowMatrix<T>& m : values_) scalars += static_cast<std::size_t>(m.size());
+        for (const DintHistory<T>& h : dint_) {
+            scalars += static_cast<std::size_t>(h.a1_column_sum.size() + h.o1_row_sum.size());
+        }
+        scalars += static_cast<std::size_t>(max_len() * rotary_.head_dim());  // cos and sin, d/2 each
+        return scalars * sizeof(T);
+    }
+
+    /// Bytes per token of context for this cache's configuration (see bytes_per_token(config)).
+    std::size_t bytes_per_token() const { return bytes_per_token(config_); }
+
+    /// Bytes per token of context of a cache for `config` (the file comment's formula):
+    /// L (k_width + v_width) sizeof(T) + [dint causal_softmax] L H sizeof(T) + d sizeof(T).
+    static std::size_t bytes_per_token(const ModelConfig& config) {
+        const AttentionConfig attention = config.attention_config();
+        Index scalars = config.num_hidden_layers * (attention.k_width() + attention.v_width());
+        if (config.attention == AttentionKind::dint && config.dint_integral == DintIntegral::causal_softmax) {
+            scalars += config.num_hidden_layers * config.num_attention_heads;
+        }
+        scalars += attention.head_dim();
+        return static_cast<std::size_t>(scalars) * sizeof(T);
+    }
+
+    /// True when a model of `config` can use this cache: the same layers, attention kind and
+    /// geometry, DINT integral and rope_theta.
+    bool compatible(const ModelConfig& config) const {
+        const AttentionConfig a = config_.attention_config(), b = config.attention_config();
+        return config.attention == config_.attention && config.num_hidden_layers == config_.num_hidden_layers &&
+               a.n_heads == b.n_heads && a.head_dim() == b.head_dim() && a.k_width() == b.k_width() &&
+               a.v_width() == b.v_width() && config.rope_theta == config_.rope_theta &&
+               config.causal == config_.causal &&
+               (config.attention != AttentionKind::dint || config.dint_integral == config_.dint_integral);
+    }
+
+private:
+    template <typename>
+    friend class DecoderModel;
+
+    static const ModelConfig& checked(const ModelConfig& config, Index max_len) {
+        config.validate();
+        require<ShapeError>(max_len > 0, "KvCache: max_len must be > 0, got ", max_len);
+        require<OptionError>(config.attention != AttentionKind::dint ||
+                                 config.dint_integral != DintIntegral::global_mean,
+                             "KvCache: dint_integral global_mean averages A1 over all rows, future ones included, "
+                             "so a model using it cannot be decoded incrementally (use causal_softmax or "
+                             "causal_mean)");
+        require<OptionError>(config.causal,
+                             "KvCache: the model is a bidirectional encoder (\"causal\": false); a KV cache needs "
+                             "a causal decoder, where earlier tokens never see later ones");
+        return config;
+    }
+
+    /// Layer `layer`'s keys, values, DINT histories and the rotary table, for its attention module.
+    KvCacheView<T> view(Index layer) {
+        const auto i = static_cast<std::size_t>(layer);
+        DintHistory<T>* histories =
+            dint_.empty() ? nullptr : dint_.data() + i * static_cast<std::size_t>(config_.num_attention_heads);
+        return KvCacheView<T>{MatrixRef<T>(keys_[i]), MatrixRef<T>(values_[i]), length_, histories, &rotary_};
+    }
+
+    /// Records n more cached tokens (after every layer has written them).
+    void advance(Index n) { length_ += n; }
+
+    ModelConfig config_;
+    std::vector<RowMatrix<T>> keys_;    // L x [max_len x k_width]  rotated keys
+    std::vector<RowMatrix<T>> values_;  // L x [max_len x v_width]  values
+    std::vector<DintHistory<T>> dint_;  // dint: [L * H], layer i head h at i * H + h; else empty
+    RotaryTable<T> rotary_;             // cos / sin of positions [0, max_len)
+    Index length_ = 0;
+};
+
+}  // namespace diffattn
