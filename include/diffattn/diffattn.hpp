@@ -1,0 +1,50 @@
+// diffattn: differential (DIFF / DINT / Shared DIFF) attention operators on Eigen 3.4.
+//
+// Umbrella header: includes every public header of the library.
+#pragma once
+
+#include "diffattn/version.hpp"
+
+// core: Eigen aliases, errors, argument checks, scratch memory
+#include "diffattn/core/checks.hpp"
+#include "diffattn/core/error.hpp"
+#include "diffattn/core/types.hpp"
+#include "diffattn/core/workspace.hpp"
+
+// kernels: single-head attention (SPEC 1-2) and the plain reference
+#include "diffattn/kernels/attention_core.hpp"
+#include "diffattn/kernels/diff_attention.hpp"
+#include "diffattn/kernels/dint_attention.hpp"
+#include "diffattn/kernels/mask.hpp"
+#include "diffattn/kernels/online_softmax.hpp"
+#include "diffattn/kernels/options.hpp"
+#include "diffattn/kernels/reference.hpp"
+#include "diffattn/kernels/softmax_attention.hpp"
+#include "diffattn/kernels/tile_product.hpp"
+
+// io: checkpoint files
+#include "diffattn/io/safetensors.hpp"
+
+// layers: RMSNorm, SwiGLU, rotary, lambda, multi-head attention modules (SPEC 3-4)
+#include "diffattn/layers/attention_config.hpp"
+#include "diffattn/layers/attention_heads.hpp"
+#include "diffattn/layers/attention_scratch.hpp"
+#include "diffattn/layers/head_parallel.hpp"
+#include "diffattn/layers/kv_cache_view.hpp"
+#include "diffattn/layers/lambda.hpp"
+#include "diffattn/layers/linear.hpp"
+#include "diffattn/layers/multi_head_attention.hpp"
+#include "diffattn/layers/parameters.hpp"
+#include "diffattn/layers/rms_norm.hpp"
+#include "diffattn/layers/rotary.hpp"
+#include "diffattn/layers/shared_diff.hpp"
+#include "diffattn/layers/swiglu.hpp"
+
+// model: config, decoder layer, decoder model (SPEC 4-5), KV cache and greedy generation (SPEC 6)
+#include "diffattn/model/config.hpp"
+#include "diffattn/model/config_json.hpp"
+#include "diffattn/model/decoder_layer.hpp"
+#include "diffattn/model/decoder_model.hpp"
+#include "diffattn/model/forward_state.hpp"
+#include "diffattn/model/generate.hpp"
+#include "diffattn/model/kv_cache.hpp"

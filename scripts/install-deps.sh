@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Makes sure the Debian 12 packages diffattn needs to build and test are installed.
+#   root:      installs the missing ones with apt-get
+#   not root:  prints the apt-get command to run and exits 1
+# DIFFATTN_SKIP_DEPS=1 skips the check (other distributions, hand-made toolchains).
+set -euo pipefail
+
+# The one list of build / test dependencies (Debian 12 "bookworm" package names).
+PACKAGES=(
+  cmake               # >= 3.21 for CMakePresets.json (bookworm: 3.25)
+  ninja-build
+  g++
+  pkg-config          # the pkg-config consumer test
+  libeigen3-dev       # Eigen 3.4
+  nlohmann-json3-dev  # io/ headers
+  catch2              # tests (Catch2 v2)
+  libbenchmark-dev    # bench/
+  libomp-dev          # OpenMP for clang (g++ brings libgomp itself)
+)
+
+if [[ "${DIFFATTN_SKIP_DEPS:-0}" == 1 ]]; then
+  exit 0
+fi
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+  echo "install-deps: not a Debian system (no dpkg-query). Install the equivalents of:" >&2
+  echo "  ${PACKAGES[*]}" >&2
+  echo "then re-run with DIFFATTN_SKIP_DEPS=1." >&2
+  exit 1
+fi
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+  if [[ "$status" != installed ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: missing: ${missing[*]}"
+if [[ $(id -u) -eq 0 ]]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update
+  apt-get install -y --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: not root; run this, then try again:" >&2
+  echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
+  exit 1
+fi
