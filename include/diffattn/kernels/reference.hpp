@@ -1,0 +1,382 @@
+// Plain reference implementation of the single-head kernels (SPEC 1 and 2): the oracle.
+//
+// Every formula of SPEC 1-2 transcribed as literally as possible, one matrix at a time, with the
+// attention maps MATERIALISED (N x S each) so that they can be returned for analysis and used to
+// check the fast kernels (SPEC 7: the fast kernels are compared with this code run in double).
+// Nothing here is tiled, fused or online; it is O(N S) memory and meant for tests, debugging and
+// users who want to look at the maps, not for inference.
+//
+// Conventions (as in the fast API, docs/TEAM_API.md):
+//   Q, Q1, Q2 [N x d], K, K1, K2 [S x d], V [S x dv], S >= N, row n = token n.
+//   Mask causal: query n sees key j iff j <= n + (S - N); key padding: only keys j < valid_len exist.
+//   Scale s = options.scale, or 1/sqrt(d) when unset.
+// Outputs are plain matrix products (combined * V), so a NaN or Inf in a value row reaches every
+// output row, even rows whose weight on that key is an exact 0 (0 * NaN = NaN); the fast kernels
+// keep such rows finite. Use the reference as an oracle for finite inputs.
+// Arguments are checked like the fast entry points (ShapeError / OptionError naming the function
+// and the shapes), with the function named "reference::<kernel>".
+#pragma once
+
+#include "diffattn/core/checks.hpp"
+#include "diffattn/core/error.hpp"
+#include "diffattn/core/types.hpp"
+#include "diffattn/kernels/options.hpp"
+
+#include <cmath>
+#include <limits>
+
+namespace diffattn::reference {
+
+/// `T` in a non-deduced context: lambda follows the matrices' scalar (pass 0.5 with float inputs).
+template <typename T>
+struct NonDeduced {
+    using type = T;
+};
+template <typename T>
+using NonDeducedT = typename NonDeduced<T>::type;
+
+/// Every map of one kernel call. Maps are [N x S], `out` is [N x dv].
+template <typename T>
+struct AttentionMaps {
+    RowMatrix<T> a1;        ///< softmax map (softmax kernel: A; DIFF/DINT: A1)
+    RowMatrix<T> a2;        ///< DIFF/DINT: A2; empty for the softmax kernel
+    RowMatrix<T> integral;  ///< DINT: softmax_M(G), G or 1 g (by integral mode); empty otherwise
+    RowMatrix<T> combined;  ///< the final attention matrix: A, A1 - lambda A2, or A1 - lambda A2 + lambda integral
+    RowMatrix<T> out;       ///< combined * V
+};
+
+// ---------------------------------------------------------------------------------------------
+// SPEC 1: masks
+// ---------------------------------------------------------------------------------------------
+
+/// Number of keys that exist: options.valid_len, or all S keys when unset (SPEC 1, key padding).
+inline Index valid_len_of(const AttentionOptions& options, Index seq_len_kv) {
+    return options.valid_len ? *options.valid_len : seq_len_kv;
+}
+
+/// SPEC 1: may query `query` (of N) see key `key` (of S)?
+///   none:   every key;  causal: key <= query + (S - N);  key padding: key < valid_len.
+inline bool key_allowed(MaskKind mask, Index query, Index key, Index seq_len_q, Index seq_len_kv, Index valid_len) {
+    if (key >= valid_len) return false;                                            // key padding
+    if (mask == MaskKind::causal) return key <= query + (seq_len_kv - seq_len_q);  // causal, offset S - N
+    return true;                                                                   // none
+}
+
+/// True if query `query` is allowed at least one key (SPEC 1: otherwise its output row is zero).
+inline bool row_has_allowed_key(MaskKind mask, Index query, Index seq_len_q, Index seq_len_kv, Index valid_len) {
+    for (Index j = 0; j < seq_len_kv; ++j) {
+        if (key_allowed(mask, query, j, seq_len_q, seq_len_kv, valid_len)) return true;
+    }
+    return false;
+}
+
+/// SPEC 1: the masked scores. `scores` is [N x S] (N = rows, S = cols); every entry the mask
+/// forbids becomes a true -infinity, every other entry is copied unchanged.
+template <typename T>
+RowMatrix<T> mask_logits(const RowMatrix<T>& scores, const AttentionOptions& options) {
+    const Index seq_len_q = scores.rows();
+    const Index seq_len_kv = scores.cols();
+    const Index valid_len = valid_len_of(options, seq_len_kv);
+    require<OptionError>(valid_len >= 0 && valid_len <= seq_len_kv, "reference::mask_logits: valid_len is ", valid_len,
+                         " but must be in [0, ", seq_len_kv, "] (S = ", seq_len_kv, " keys)");
+    RowMatrix<T> masked = scores;
+    for (Index n = 0; n < seq_len_q; ++n) {
+        for (Index j = 0; j < seq_len_kv; ++j) {
+            if (!key_allowed(options.mask, n, j, seq_len_q, seq_len_kv, valid_len)) {
+                masked(n, j) = -std::numeric_limits<T>::infinity();
+            }
+        }
+    }
+    return masked;
+}
+
+/// Softmax over the key axis (each row) of masked logits, subtracting the row max (SPEC 7).
+/// Entries equal to -infinity get probability 0; a row whose entries are all -infinity (no allowed
+/// key) is all zero, never NaN (SPEC 1). A NaN logit makes its whole row NaN.
+template <typename T>
+RowMatrix<T> masked_softmax(const RowMatrix<T>& masked_logits) {
+    const T minus_inf = -std::numeric_limits<T>::infinity();
+    RowMatrix<T> probabilities = RowMatrix<T>::Zero(masked_logits.rows(), masked_logits.cols());
+    for (Index n = 0; n < masked_logits.rows(); ++n) {
+        // Row max over the allowed entries.
+        bool any_allowed = false;
+        bool any_nan = false;
+        T row_max = minus_inf;
+        for (Index j = 0; j < masked_logits.cols(); ++j) {
+            const T x = masked_logits(n, j);
+            if (std::isnan(x)) {
+                any_nan = true;
+            } else if (x != minus_inf) {
+                any_allowed = true;
+                if (x > row_max) row_max = x;
+            }
+        }
+        if (any_nan) {
+            probabilities.row(n).setConstant(std::numeric_limits<T>::quiet_NaN());
+            continue;
+        }
+        if (!any_allowed) continue;  // SPEC 1: no allowed key -> all-zero row
+        // p_j = exp(x_j - max) / sum_k exp(x_k - max); exp(-inf) = 0 for masked entries.
+        T row_sum = T(0);
+        for (Index j = 0; j < masked_logits.cols(); ++j) {
+            const T x = masked_logits(n, j);
+            const T e = (x == minus_inf) ? T(0) : std::exp(x - row_max);
+            probabilities(n, j) = e;
+            row_sum += e;
+        }
+        for (Index j = 0; j < masked_logits.cols(); ++j) probabilities(n, j) /= row_sum;
+    }
+    return probabilities;
+}
+
+/// The score scale s: options.scale, or 1/sqrt(d) when unset (SPEC notation). Computed in double
+/// and rounded once to T, like the fast kernels. (d = 0 with no scale is rejected by the entry
+/// points unless N = 0; then any scale will do.)
+template <typename T>
+T scale_of(const AttentionOptions& options, Index head_dim) {
+    const double s = options.scale  ? *options.scale
+                     : head_dim > 0 ? 1.0 / std::sqrt(static_cast<double>(head_dim))
+                                    : 1.0;
+    return static_cast<T>(s);
+}
+
+/// The masked logits s * Q K^T + M: [N x S] with -infinity where the mask forbids (SPEC 1, 2.1).
+template <typename T>
+RowMatrix<T> masked_logits(const RowMatrix<T>& q /*[N x d]*/, const RowMatrix<T>& k /*[S x d]*/,
+                           const AttentionOptions& options) {
+    const T s = scale_of<T>(options, q.cols());
+    RowMatrix<T> scores = s * (q * k.transpose());  // [N x S]
+    return mask_logits(scores, options);
+}
+
+/// One softmax attention map A = softmax(s Q K^T + M): [N x S] (SPEC 2.1).
+template <typename T>
+RowMatrix<T> attention_map(const RowMatrix<T>& q /*[N x d]*/, const RowMatrix<T>& k /*[S x d]*/,
+                           const AttentionOptions& options) {
+    return masked_softmax(masked_logits(q, k, options));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Argument checks (the same rules as the fast entry points)
+// ---------------------------------------------------------------------------------------------
+namespace detail {
+
+using diffattn::detail::named;
+
+/// Q [N x d], K [S x d], V [S x dv]: head dims agree, K and V have S rows, S >= N.
+template <typename T>
+void check_qkv(const char* function, const char* q_name, const RowMatrix<T>& q, const char* k_name,
+               const RowMatrix<T>& k, const RowMatrix<T>& v) {
+    diffattn::detail::require_same_cols(function, named(k_name, k), named(q_name, q));
+    diffattn::detail::require_same_rows(function, named("V", v), named(k_name, k));
+    require<ShapeError>(k.rows() >= q.rows(), function, ": ", k_name, " is ", k.rows(), "x", k.cols(), " but ", q_name,
+                        " is ", q.rows(), "x", q.cols(), " (S >= N required: the keys include every query)");
+}
+
+/// valid_len in [0, S]; scale finite and > 0; a default scale 1/sqrt(d) needs d > 0.
+template <typename T>
+void check_options(const char* function, const AttentionOptions& options, const char* q_name, const RowMatrix<T>& q,
+                   Index seq_len_kv) {
+    if (options.valid_len) {
+        require<OptionError>(*options.valid_len >= 0 && *options.valid_len <= seq_len_kv, function, ": valid_len is ",
+                             *options.valid_len, " but must be in [0, ", seq_len_kv, "] (S = ", seq_len_kv, " keys)");
+    }
+    if (options.scale) {
+        require<OptionError>(std::isfinite(*options.scale) && *options.scale > 0.0, function,
+                             ": scale must be finite and > 0, got ", *options.scale);
+    } else {
+        require<ShapeError>(q.cols() > 0 || q.rows() == 0, function, ": ", q_name, " is ", q.rows(), "x", q.cols(),
+                            " (head dim 0 has no default scale 1/sqrt(d))");
+    }
+}
+
+/// The DIFF/DINT inputs: Q1, Q2 [N x d]; K1, K2 [S x d]; V [S x dv]; lambda finite.
+template <typename T>
+void check_diff(const char* function, const RowMatrix<T>& q1, const RowMatrix<T>& k1, const RowMatrix<T>& q2,
+                const RowMatrix<T>& k2, const RowMatrix<T>& v, T lambda, const AttentionOptions& options) {
+    diffattn::detail::require_same_shape(function, named("Q2", q2), named("Q1", q1));
+    diffattn::detail::require_same_shape(function, named("K2", k2), named("K1", k1));
+    check_qkv(function, "Q1", q1, "K1", k1, v);
+    check_options(function, options, "Q1", q1, k1.rows());
+    diffattn::detail::require_finite(function, "lambda", static_cast<double>(lambda));
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------------------------
+// SPEC 2.1: softmax attention
+// ---------------------------------------------------------------------------------------------
+
+/// A = softmax(s Q K^T + M), O = A V. Returns a1 = combined = A and out = O.
+template <typename T>
+AttentionMaps<T> softmax_attention_maps(const RowMatrix<T>& q /*[N x d]*/, const RowMatrix<T>& k /*[S x d]*/,
+                                        const RowMatrix<T>& v /*[S x dv]*/, const AttentionOptions& options = {}) {
+    constexpr const char* function = "reference::softmax_attention";
+    detail::check_qkv(function, "Q", q, "K", k, v);
+    detail::check_options(function, options, "Q", q, k.rows());
+
+    AttentionMaps<T> maps;
+    maps.a1 = attention_map(q, k, options);  // A = softmax(s Q K^T + M)      [N x S]
+    maps.combined = maps.a1;                 //                               [N x S]
+    maps.out = maps.combined * v;            // O = A V                       [N x dv]
+    return maps;
+}
+
+/// SPEC 2.1: O = softmax(s Q K^T + M) V  [N x dv].
+template <typename T>
+RowMatrix<T> softmax_attention(const RowMatrix<T>& q, const RowMatrix<T>& k, const RowMatrix<T>& v,
+                               const AttentionOptions& options = {}) {
+    return softmax_attention_maps(q, k, v, options).out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// SPEC 2.2: differential (DIFF) attention
+// ---------------------------------------------------------------------------------------------
+
+/// A1 = softmax(s Q1 K1^T + M), A2 = softmax(s Q2 K2^T + M), O = (A1 - lambda A2) V.
+template <typename T>
+AttentionMaps<T> diff_attention_maps(const RowMatrix<T>& q1 /*[N x d]*/, const RowMatrix<T>& k1 /*[S x d]*/,
+                                     const RowMatrix<T>& q2 /*[N x d]*/, const RowMatrix<T>& k2 /*[S x d]*/,
+                                     const RowMatrix<T>& v /*[S x dv]*/, NonDeducedT<T> lambda,
+                                     const AttentionOptions& options = {}) {
+    detail::check_diff("reference::diff_attention", q1, k1, q2, k2, v, lambda, options);
+
+    AttentionMaps<T> maps;
+    maps.a1 = attention_map(q1, k1, options);    // A1 = softmax(s Q1 K1^T + M)   [N x S]
+    maps.a2 = attention_map(q2, k2, options);    // A2 = softmax(s Q2 K2^T + M)   [N x S]
+    maps.combined = maps.a1 - lambda * maps.a2;  // A1 - lambda A2                [N x S]
+    maps.out = maps.combined * v;                // O = (A1 - lambda A2) V        [N x dv]
+    return maps;
+}
+
+/// SPEC 2.2: O = (A1 - lambda A2) V  [N x dv].
+template <typename T>
+RowMatrix<T> diff_attention(const RowMatrix<T>& q1, const RowMatrix<T>& k1, const RowMatrix<T>& q2,
+                            const RowMatrix<T>& k2, const RowMatrix<T>& v, NonDeducedT<T> lambda,
+                            const AttentionOptions& options = {}) {
+    return diff_attention_maps(q1, k1, q2, k2, v, lambda, options).out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// SPEC 2.3: DINT attention
+// ---------------------------------------------------------------------------------------------
+
+/// The history a DINT call needs for the query rows before it (SPEC 2.3, 6), built from the
+/// materialised A1 rows of those earlier queries: a1 [rows x keys], v [keys x dv] (the values those
+/// rows attended to). rows = a1.rows(), a1_column_sum = column sums of A1 [keys],
+/// o1_row_sum = sum of the rows of O1 = A1 V [dv]. Pad a1_column_sum with zeros for later keys.
+template <typename T>
+DintHistory<T> dint_history(const RowMatrix<T>& a1 /*[rows x keys]*/, const RowMatrix<T>& v /*[keys x dv]*/) {
+    require<ShapeError>(v.rows() == a1.cols(), "reference::dint_history: V is ", v.rows(), "x", v.cols(), " but A1 is ",
+                        a1.rows(), "x", a1.cols(), " (V needs one row per key of A1)");
+    DintHistory<T> history;
+    history.rows = a1.rows();
+    history.a1_column_sum = a1.colwise().sum().transpose();  // sum_m A1[m, :]   [keys]
+    const RowMatrix<T> o1 = a1 * v;                          // O1 = A1 V        [rows x dv]
+    history.o1_row_sum = o1.colwise().sum().transpose();     // sum_m O1[m, :]   [dv]
+    return history;
+}
+
+/// DINT (SPEC 2.3), gamma = lambda:
+///   A1, A2 as in DIFF;
+///   causal_softmax: G[n,:] = (1/(R+n+1)) (H + sum_{m<=n} A1[m,:]), integral = softmax_M(G)
+///                   (softmax of row n of G over the keys query n may see, SPEC 2.3 / v2 eq. 5-6);
+///   causal_mean:    integral = G (v2 eq. 5 without the softmax);
+///   global_mean:    g = (1/N) sum_m A1[m,:], integral = 1 g (v1 eq. 5-7; mask none only);
+///   combined = A1 - lambda A2 + lambda integral,  O = combined V.
+/// R = history->rows earlier query rows (KV cache, S - N of them) and H = their A1 column sums
+/// (history->a1_column_sum, zero-padded to S keys). The reference materialises G, so in BOTH causal
+/// modes it reads a1_column_sum (not o1_row_sum); build histories with dint_history().
+/// A query row with no allowed key gets an all-zero combined row and output (SPEC 1), in every mode.
+template <typename T>
+AttentionMaps<T> dint_attention_maps(const RowMatrix<T>& q1 /*[N x d]*/, const RowMatrix<T>& k1 /*[S x d]*/,
+                                     const RowMatrix<T>& q2 /*[N x d]*/, const RowMatrix<T>& k2 /*[S x d]*/,
+                                     const RowMatrix<T>& v /*[S x dv]*/, NonDeducedT<T> lambda,
+                                     DintIntegral integral_mode, const AttentionOptions& options = {},
+                                     const DintHistory<T>* history = nullptr) {
+    constexpr const char* function = "reference::dint_attention";
+    detail::check_diff(function, q1, k1, q2, k2, v, lambda, options);
+    const Index seq_len_q = q1.rows();            // N
+    const Index seq_len_kv = k1.rows();           // S
+    const Index cached = seq_len_kv - seq_len_q;  // S - N
+    const Index history_rows = history ? history->rows : 0;
+
+    const bool causal_mode = integral_mode != DintIntegral::global_mean;
+    if (causal_mode) {
+        // SPEC 2.3 / 6: with a KV cache, G needs the A1 rows of the S - N earlier queries.
+        require<OptionError>(cached == 0 || history != nullptr, function, ": K1 is ", seq_len_kv, "x", k1.cols(),
+                             " but Q1 is ", seq_len_q, "x", q1.cols(), " (S > N: a causal integral with a KV cache",
+                             " needs a DintHistory of the ", cached, " earlier rows)");
+        require<OptionError>(history_rows == cached, function, ": history has ", history_rows,
+                             " rows but must have S - N = ", cached, " (K1 is ", seq_len_kv, "x", k1.cols(), ", Q1 is ",
+                             seq_len_q, "x", q1.cols(), ")");
+        if (history_rows > 0) {
+            require<ShapeError>(history->a1_column_sum.size() >= cached, function, ": history a1_column_sum has ",
+                                history->a1_column_sum.size(), " entries but ", cached, " keys are cached",
+                                " (the reference materialises G and needs the A1 column sums in both causal modes)");
+            for (Index j = seq_len_kv; j < history->a1_column_sum.size(); ++j) {
+                require<ShapeError>(history->a1_column_sum[j] == T(0), function, ": history A1 column sum of key ", j,
+                                    " is nonzero but only ", seq_len_kv, " keys exist");
+            }
+        }
+    } else {
+        // SPEC 2.3: global_mean sees the future, so only mask none and no earlier rows.
+        require<OptionError>(options.mask == MaskKind::none, function,
+                             ": integral global_mean sees the future and needs mask none, not causal");
+        require<OptionError>(history_rows == 0, function, ": integral global_mean cannot continue a history (",
+                             history_rows, " earlier rows); it needs the whole sequence in one call");
+    }
+
+    AttentionMaps<T> maps;
+    maps.a1 = attention_map(q1, k1, options);  // A1 = softmax(s Q1 K1^T + M)   [N x S]
+    maps.a2 = attention_map(q2, k2, options);  // A2 = softmax(s Q2 K2^T + M)   [N x S]
+
+    if (causal_mode) {
+        // H: column sums of A1 over the earlier rows, zero-padded to S keys.   [1 x S]
+        RowMatrix<T> running_sum = RowMatrix<T>::Zero(1, seq_len_kv);
+        if (history_rows > 0) {
+            for (Index j = 0; j < seq_len_kv && j < history->a1_column_sum.size(); ++j) {
+                running_sum(0, j) = history->a1_column_sum[j];
+            }
+        }
+        // G[n,:] = (1/(R + n + 1)) (H + sum_{m<=n} A1[m,:])                     [N x S]
+        RowMatrix<T> g(seq_len_q, seq_len_kv);
+        for (Index n = 0; n < seq_len_q; ++n) {
+            running_sum += maps.a1.row(n);
+            g.row(n) = running_sum / static_cast<T>(history_rows + n + 1);
+        }
+        if (integral_mode == DintIntegral::causal_softmax) {
+            maps.integral = masked_softmax(mask_logits(g, options));  // softmax_M(G): same mask M as A1
+        } else {
+            maps.integral = g;  // causal_mean: G
+        }
+    } else {
+        // g = (1/N) sum_m A1[m,:], repeated for every query: 1 g                [N x S]
+        RowMatrix<T> g_row = RowMatrix<T>::Zero(1, seq_len_kv);
+        for (Index m = 0; m < seq_len_q; ++m) g_row += maps.a1.row(m);
+        if (seq_len_q > 0) g_row /= static_cast<T>(seq_len_q);
+        maps.integral = RowMatrix<T>::Ones(seq_len_q, 1) * g_row;
+    }
+
+    // combined = A1 - lambda A2 + lambda integral (gamma = lambda)              [N x S]
+    maps.combined = maps.a1 - lambda * maps.a2 + lambda * maps.integral;
+    // SPEC 1: a query row allowed no key at all has an all-zero output row (this only matters for
+    // causal_mean with a history, where G would otherwise carry the earlier rows' mass).
+    const Index valid_len = valid_len_of(options, seq_len_kv);
+    for (Index n = 0; n < seq_len_q; ++n) {
+        if (!row_has_allowed_key(options.mask, n, seq_len_q, seq_len_kv, valid_len)) maps.combined.row(n).setZero();
+    }
+    maps.out = maps.combined * v;  // O = combined V                          [N x dv]
+    return maps;
+}
+
+/// SPEC 2.3: O = (A1 - lambda A2 + lambda integral) V  [N x dv].
+template <typename T>
+RowMatrix<T> dint_attention(const RowMatrix<T>& q1, const RowMatrix<T>& k1, const RowMatrix<T>& q2,
+                            const RowMatrix<T>& k2, const RowMatrix<T>& v, NonDeducedT<T> lambda,
+                            DintIntegral integral_mode, const AttentionOptions& options = {},
+                            const DintHistory<T>* history = nullptr) {
+    return dint_attention_maps(q1, k1, q2, k2, v, lambda, integral_mode, options, history).out;
+}
+
+}  // namespace diffattn::reference

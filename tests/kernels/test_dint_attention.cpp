@@ -1,0 +1,187 @@
+// Fast dint_attention (SPEC 2.3) against the plain reference under SPEC 7, for every integral
+// mode; with a KV cache (S > N) the causal modes get the DintHistory of the S - N earlier rows
+// computed by the reference, and the history the kernel leaves behind is checked too.
+#include "test_support.hpp"
+
+#include "diffattn/core/workspace.hpp"
+#include "diffattn/kernels/dint_attention.hpp"
+#include "diffattn/kernels/reference.hpp"
+
+using namespace diffattn;
+using namespace diffattn::test;
+
+namespace {
+
+constexpr DintIntegral kIntegrals[] = {DintIntegral::causal_softmax, DintIntegral::causal_mean,
+                                       DintIntegral::global_mean};
+
+template <typename T>
+long double fallback_bound(const KernelCase& c) {
+    const double scale = c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+    return 3 * forward_error_bound<T>(c.head_dim, c.seq_len_kv, scale * c.head_dim, 1);  // three maps
+}
+
+/// Runs one case of one integral mode. Returns false (nothing checked) when the mode does not
+/// apply (global_mean needs mask none).
+template <typename T>
+bool check_dint_case(std::mt19937& rng, const KernelCase& c, DintIntegral integral, AttentionWorkspace<T>* workspace) {
+    using W = Wide<T>;
+    if (integral == DintIntegral::global_mean && c.mask != MaskKind::none) return false;
+    const auto in = random_diff_inputs<T>(rng, c);
+    const auto wide = in.template cast<W>();
+    const AttentionOptions o = c.options();
+    const std::string what = std::string("dint_attention ") + integral_name(integral) +
+                             " lambda=" + std::to_string(static_cast<double>(in.lambda)) + " " + c.describe();
+    INFO(what);
+
+    // History of the earlier rows: required with a KV cache; with S = N sometimes a fresh
+    // (empty) one, to check the kernel starts and fills it.
+    const bool causal_mode = integral != DintIntegral::global_mean;
+    const Index cached = c.seq_len_kv - c.seq_len_q;
+    const bool use_history = causal_mode && (cached > 0 || uniform_index(rng, 0, 1) == 1);
+    DintHistory<T> plain_history, fast_history;
+    DintHistory<W> wide_history;
+    RowMatrix<T> plain_a1;  // [S x S] A1 of every token of the sequence (reference)
+    RowMatrix<W> wide_a1;
+    if (use_history) {
+        // The history is an input of this call like Q, K and V: computed accurately (in Wide<T>),
+        // rounded once to T and given to the fast kernel and the plain reference; the oracle gets
+        // those same T values cast back up (SPEC 7: the oracle runs on the inputs cast to double).
+        plain_a1 = reference::attention_map<T>(in.q1_all, in.k1, o);
+        wide_a1 = reference::attention_map<W>(wide.q1_all, wide.k1, o);
+        plain_history = cast_history<T>(reference::dint_history<W>(wide_a1.topRows(cached), wide.v));
+        wide_history = cast_history<W>(plain_history);
+        fast_history = plain_history;
+        if (cached == 0) fast_history = DintHistory<T>{};  // empty vectors: the kernel sizes them
+    }
+
+    RowMatrix<T> out = RowMatrix<T>::Constant(c.seq_len_q, c.value_dim, T(12345));
+    diffattn::dint_attention(in.q1, in.k1, in.q2, in.k2, in.v, in.lambda, integral, out, o,
+                             use_history ? &fast_history : nullptr, workspace);
+    const RowMatrix<T> plain = reference::dint_attention(in.q1, in.k1, in.q2, in.k2, in.v, in.lambda, integral, o,
+                                                         use_history ? &plain_history : nullptr);
+    const RowMatrix<W> oracle = reference::dint_attention(wide.q1, wide.k1, wide.q2, wide.k2, wide.v, wide.lambda,
+                                                          integral, o, use_history ? &wide_history : nullptr);
+    check_spec7<T>(what, out, plain, oracle, fallback_bound<T>(c));
+
+    if (use_history) {
+        // The kernel appended this call's N rows to the history. The history is state, not an
+        // output, so SPEC 7 does not apply to it directly (its effect on later outputs is checked
+        // under SPEC 7 by the incremental tests). It must be the sum over all S rows of A1
+        // (causal_softmax) or O1 = A1 V (causal_mean) within the sum of the per-row SPEC 7
+        // tolerances plus the rounding of a sequential sum: S eps sum_m |row_m|.
+        CHECK(fast_history.rows == c.seq_len_kv);
+        const bool softmax_mode = integral == DintIntegral::causal_softmax;
+        const RowMatrix<T> plain_rows = softmax_mode ? plain_a1 : RowMatrix<T>(plain_a1 * in.v);  // [S x S] or [S x dv]
+        const RowMatrix<W> wide_rows = softmax_mode ? wide_a1 : RowMatrix<W>(wide_a1 * wide.v);
+        const RowMatrix<W> expected = wide_rows.colwise().sum();
+        const long double row_tolerance = 2 * max_abs_diff(plain_rows, wide_rows) + spec7_additive<T>();
+        const long double abs_sum = static_cast<long double>(wide_rows.cwiseAbs().colwise().sum().maxCoeff());
+        const long double tolerance =
+            c.seq_len_kv * row_tolerance + c.seq_len_kv * std::numeric_limits<T>::epsilon() * abs_sum;
+        const Vector<T>& sums = softmax_mode ? fast_history.a1_column_sum : fast_history.o1_row_sum;
+        REQUIRE(sums.size() >= expected.cols());
+        if (!softmax_mode) CHECK(sums.size() == c.value_dim);
+        const RowMatrix<T> got = sums.head(expected.cols()).transpose();
+        INFO((softmax_mode ? "history a1_column_sum" : "history o1_row_sum")
+             << " after the call: error " << static_cast<double>(max_abs_diff(got, expected)) << ", tolerance "
+             << static_cast<double>(tolerance));
+        CHECK(max_abs_diff(got, expected) <= tolerance);
+        if (sums.size() > expected.cols()) CHECK(sums.tail(sums.size() - expected.cols()).isZero(0));
+    }
+    return true;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("dint_attention matches the reference (SPEC 7) in every integral mode", "[kernels][dint_attention]",
+                   float, double) {
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    // DINT builds the S x S maps of the whole sequence for its histories: bound S * S (S up to
+    // about two key tiles) instead of N * S, and run each case in ONE causal mode drawn at random
+    // (so each mode meets about half of the shapes per seed, all of them over a few seeds), plus
+    // global_mean on every mask-none case.
+    const std::vector<KernelCase> cases = kernel_cases(rng, kQueryTile, kKeyTile, 6, 70000, true);
+    int checked[3] = {0, 0, 0};
+    AttentionWorkspace<T> workspace;
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        const KernelCase& c = cases[i];
+        AttentionWorkspace<T>* ws = i % 2 == 0 ? nullptr : &workspace;  // temporary or reused workspace
+        const DintIntegral causal_mode =
+            uniform_index(rng, 0, 1) == 0 ? DintIntegral::causal_softmax : DintIntegral::causal_mean;
+        checked[causal_mode == DintIntegral::causal_softmax ? 0 : 1] += check_dint_case<T>(rng, c, causal_mode, ws);
+        checked[2] += check_dint_case<T>(rng, c, DintIntegral::global_mean, ws);
+    }
+    CHECK(checked[0] > 10);
+    CHECK(checked[1] > 10);
+    CHECK(checked[2] > 10);
+}
+
+TEMPLATE_TEST_CASE("dint_attention: heads are column blocks of wider matrices, output into a column block",
+                   "[kernels][dint_attention]", float, double) {
+    using T = TestType;
+    using W = Wide<T>;
+    DIFFATTN_TEST_RNG(rng);
+    const Index n = kQueryTile + 1, s = n, d = 8, heads = 3, h = 1;
+    const RowMatrix<T> q_all = random_matrix<T>(rng, n, 2 * heads * d);
+    const RowMatrix<T> k_all = random_matrix<T>(rng, s, 2 * heads * d);
+    const RowMatrix<T> v_all = random_matrix<T>(rng, s, heads * 2 * d);
+    const T lambda = T(0.3);
+    const T sentinel = T(-777);
+    const ConstMatrixRef<T> q1(q_all.middleCols(2 * h * d, d)), q2(q_all.middleCols((2 * h + 1) * d, d));
+    const ConstMatrixRef<T> k1(k_all.middleCols(2 * h * d, d)), k2(k_all.middleCols((2 * h + 1) * d, d));
+    const ConstMatrixRef<T> v(v_all.middleCols(h * 2 * d, 2 * d));
+    CHECK(q1.data() == q_all.data() + 2 * h * d);
+    CHECK(v.data() == v_all.data() + h * 2 * d);
+    const RowMatrix<T> q1_h = q1, k1_h = k1, q2_h = q2, k2_h = k2, v_h = v;
+    KernelCase c;
+    c.seq_len_q = n;
+    c.seq_len_kv = s;
+    c.head_dim = d;
+
+    for (DintIntegral integral : kIntegrals) {
+        INFO(integral_name(integral));
+        AttentionOptions o;
+        if (integral == DintIntegral::global_mean) o.mask = MaskKind::none;
+        RowMatrix<T> out_all = RowMatrix<T>::Constant(n, heads * 2 * d, sentinel);
+        diffattn::dint_attention(q1, k1, q2, k2, v, lambda, integral, out_all.middleCols(h * 2 * d, 2 * d), o);
+        CHECK((out_all.leftCols(h * 2 * d).array() == sentinel).all());
+        CHECK((out_all.rightCols((heads - h - 1) * 2 * d).array() == sentinel).all());
+        const RowMatrix<T> plain = reference::dint_attention(q1_h, k1_h, q2_h, k2_h, v_h, lambda, integral, o);
+        const RowMatrix<W> oracle =
+            reference::dint_attention(cast_to<W>(q1_h), cast_to<W>(k1_h), cast_to<W>(q2_h), cast_to<W>(k2_h),
+                                      cast_to<W>(v_h), W(lambda), integral, o);
+        const RowMatrix<T> got = out_all.middleCols(h * 2 * d, 2 * d);
+        check_spec7<T>("middle head", got, plain, oracle, fallback_bound<T>(c));
+    }
+}
+
+TEMPLATE_TEST_CASE("dint_attention: one valid key (one-hot maps) keeps SPEC 7 over a long sequence",
+                   "[kernels][dint_attention]", float, double) {
+    using T = TestType;
+    using W = Wide<T>;
+    DIFFATTN_TEST_RNG(rng);
+    // valid_len = 1: A1 = A2 = e_0 in every row, so every output row is exactly V[0] and the plain
+    // reference is exact. A kernel that sums the rows of O1 (the SPEC 2.3 identity of the mean
+    // modes) must not let that running sum's rounding grow with N past SPEC 7's additive term.
+    KernelCase c;
+    c.seq_len_q = 1024 / kDebugCostDivisor;
+    c.seq_len_kv = c.seq_len_q;
+    c.head_dim = 4;
+    c.value_dim = 8;
+    c.valid_len = 1;
+    for (DintIntegral integral : kIntegrals) {
+        c.mask = integral == DintIntegral::global_mean ? MaskKind::none : MaskKind::causal;
+        const auto in = random_diff_inputs<T>(rng, c);
+        const auto wide = in.template cast<W>();
+        const AttentionOptions o = c.options();
+        RowMatrix<T> out(c.seq_len_q, c.value_dim);
+        diffattn::dint_attention(in.q1, in.k1, in.q2, in.k2, in.v, in.lambda, integral, out, o);
+        const RowMatrix<T> plain = reference::dint_attention(in.q1, in.k1, in.q2, in.k2, in.v, in.lambda, integral, o);
+        const RowMatrix<W> oracle =
+            reference::dint_attention(wide.q1, wide.k1, wide.q2, wide.k2, wide.v, wide.lambda, integral, o);
+        check_spec7<T>(std::string(integral_name(integral)) + " " + c.describe(), out, plain, oracle,
+                       fallback_bound<T>(c));
+    }
+}

@@ -1,0 +1,142 @@
+// The kernels' hot path allocates nothing once the workspace (and a DINT history) is reserved.
+//
+// Built as its own executable with EIGEN_RUNTIME_NO_MALLOC (tests/CMakeLists.txt: *_nomalloc.cpp).
+// Eigen reports a forbidden heap allocation through eigen_assert, which NDEBUG (Release) turns off,
+// so this file routes eigen_assert to a counter that the test reads: the check works in every
+// build type, and a forbidden allocation is a test failure rather than an abort.
+#ifndef EIGEN_RUNTIME_NO_MALLOC
+#define EIGEN_RUNTIME_NO_MALLOC
+#endif
+
+namespace diffattn_nomalloc {
+inline int failures = 0;                // eigen_assert failures seen
+inline const char* first_failure = "";  // the first failed condition
+inline void record(const char* condition) {
+    if (failures++ == 0) first_failure = condition;
+}
+}  // namespace diffattn_nomalloc
+
+#define eigen_assert(x)                                             \
+    do {                                                            \
+        if (!static_cast<bool>(x)) ::diffattn_nomalloc::record(#x); \
+    } while (false)
+
+#include "test_support.hpp"
+
+#include "diffattn/core/workspace.hpp"
+#include "diffattn/kernels/diff_attention.hpp"
+#include "diffattn/kernels/dint_attention.hpp"
+#include "diffattn/kernels/softmax_attention.hpp"
+
+using namespace diffattn;
+using namespace diffattn::test;
+
+namespace {
+
+/// Runs `f` with Eigen's heap allocations forbidden; returns the number of forbidden allocations
+/// (and other eigen_assert failures) it triggered.
+template <typename F>
+int without_malloc(F&& f) {
+    const int before = diffattn_nomalloc::failures;
+    Eigen::internal::set_is_malloc_allowed(false);
+    f();
+    Eigen::internal::set_is_malloc_allowed(true);
+    return diffattn_nomalloc::failures - before;
+}
+
+}  // namespace
+
+TEST_CASE("no-malloc guard: a forbidden allocation is detected", "[kernels][nomalloc]") {
+    const int failures = without_malloc([] {
+        RowMatrix<float> m(7, 9);  // allocates
+        m.setZero();
+    });
+    CHECK(failures > 0);
+}
+
+TEMPLATE_TEST_CASE("kernels allocate nothing with a reserved workspace and history", "[kernels][nomalloc]", float,
+                   double) {
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    const Index n = 200, s = 200, d = 64, dv = 128;  // dv = 2d, the DIFF Transformer layout
+    const RowMatrix<T> q1 = random_matrix<T>(rng, n, d), q2 = random_matrix<T>(rng, n, d);
+    const RowMatrix<T> k1 = random_matrix<T>(rng, s, d), k2 = random_matrix<T>(rng, s, d);
+    const RowMatrix<T> v = random_matrix<T>(rng, s, dv);
+    const T lambda = T(0.6);
+    AttentionOptions causal;
+    AttentionOptions none;
+    none.mask = MaskKind::none;
+    AttentionOptions padded = none;
+    padded.valid_len = s - 37;
+
+    AttentionWorkspace<T> workspace;
+    workspace.reserve(n, s, d, dv);
+    RowMatrix<T> out_softmax(n, dv), out_softmax_padded(n, dv), out_diff(n, dv), out_mean(n, dv), out_global(n, dv),
+        out_softmax_integral(n, dv);
+    // Histories sized up front: column sums for all S keys, row sums for dv values.
+    DintHistory<T> history_softmax, history_mean;
+    history_softmax.a1_column_sum = Vector<T>::Zero(s);
+    history_mean.o1_row_sum = Vector<T>::Zero(dv);
+
+    const int failures = without_malloc([&] {
+        diffattn::softmax_attention(q1, k1, v, out_softmax, causal, &workspace);
+        diffattn::softmax_attention(q1, k1, v, out_softmax_padded, padded, &workspace);
+        diffattn::diff_attention(q1, k1, q2, k2, v, lambda, out_diff, causal, &workspace);
+        diffattn::dint_attention(q1, k1, q2, k2, v, lambda, DintIntegral::causal_softmax, out_softmax_integral, causal,
+                                 &history_softmax, &workspace);
+        diffattn::dint_attention(q1, k1, q2, k2, v, lambda, DintIntegral::causal_mean, out_mean, causal, &history_mean,
+                                 &workspace);
+        diffattn::dint_attention(q1, k1, q2, k2, v, lambda, DintIntegral::global_mean, out_global, none, nullptr,
+                                 &workspace);
+    });
+    INFO("first failed eigen_assert: " << diffattn_nomalloc::first_failure);
+    CHECK(failures == 0);
+    CHECK(out_softmax.allFinite());
+    CHECK(out_softmax_padded.allFinite());
+    CHECK(out_diff.allFinite());
+    CHECK(out_softmax_integral.allFinite());
+    CHECK(out_mean.allFinite());
+    CHECK(out_global.allFinite());
+    CHECK(history_softmax.rows == n);
+    CHECK(history_mean.rows == n);
+}
+
+TEMPLATE_TEST_CASE("DINT decoding with a KV cache allocates nothing once the history is reserved",
+                   "[kernels][nomalloc]", float, double) {
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    const Index total = 200, first = 150, d = 64, dv = 128;
+    const RowMatrix<T> q1 = random_matrix<T>(rng, total, d), q2 = random_matrix<T>(rng, total, d);
+    const RowMatrix<T> k1 = random_matrix<T>(rng, total, d), k2 = random_matrix<T>(rng, total, d);
+    const RowMatrix<T> v = random_matrix<T>(rng, total, dv);
+    const T lambda = T(0.6);
+    const AttentionOptions causal;
+
+    AttentionWorkspace<T> workspace;
+    workspace.reserve(total, total, d, dv);
+    RowMatrix<T> out_softmax(total, dv), out_mean(total, dv);
+    DintHistory<T> history_softmax, history_mean;
+    history_softmax.a1_column_sum = Vector<T>::Zero(total);  // room for every key of the sequence
+    history_mean.o1_row_sum = Vector<T>::Zero(dv);
+
+    // The prompt (first 150 tokens), then 50 tokens in chunks of 1, 9 and 40, all without malloc.
+    const int failures = without_malloc([&] {
+        Index begin = 0;
+        for (Index size : {first, Index{1}, Index{9}, Index{40}}) {
+            const Index end = begin + size;
+            diffattn::dint_attention(q1.middleRows(begin, size), k1.topRows(end), q2.middleRows(begin, size),
+                                     k2.topRows(end), v.topRows(end), lambda, DintIntegral::causal_softmax,
+                                     out_softmax.middleRows(begin, size), causal, &history_softmax, &workspace);
+            diffattn::dint_attention(q1.middleRows(begin, size), k1.topRows(end), q2.middleRows(begin, size),
+                                     k2.topRows(end), v.topRows(end), lambda, DintIntegral::causal_mean,
+                                     out_mean.middleRows(begin, size), causal, &history_mean, &workspace);
+            begin = end;
+        }
+    });
+    INFO("first failed eigen_assert: " << diffattn_nomalloc::first_failure);
+    CHECK(failures == 0);
+    CHECK(out_softmax.allFinite());
+    CHECK(out_mean.allFinite());
+    CHECK(history_softmax.rows == total);
+    CHECK(history_mean.rows == total);
+}

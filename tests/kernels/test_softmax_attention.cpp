@@ -1,0 +1,73 @@
+// Fast softmax_attention (SPEC 2.1) against the plain reference under SPEC 7.
+#include "test_support.hpp"
+
+#include "diffattn/core/workspace.hpp"
+#include "diffattn/kernels/reference.hpp"
+#include "diffattn/kernels/softmax_attention.hpp"
+
+using namespace diffattn;
+using namespace diffattn::test;
+
+namespace {
+
+/// Runs one case through the fast kernel and both references and checks SPEC 7.
+template <typename T>
+void check_softmax_case(std::mt19937& rng, const KernelCase& c, AttentionWorkspace<T>* workspace) {
+    using W = Wide<T>;
+    const auto in = random_diff_inputs<T>(rng, c);
+    const auto wide = in.template cast<W>();
+    const AttentionOptions o = c.options();
+
+    RowMatrix<T> out = RowMatrix<T>::Constant(c.seq_len_q, c.value_dim, T(12345));  // every entry must be written
+    diffattn::softmax_attention(in.q1, in.k1, in.v, out, o, workspace);
+    const RowMatrix<T> plain = reference::softmax_attention(in.q1, in.k1, in.v, o);
+    const RowMatrix<W> oracle = reference::softmax_attention(wide.q1, wide.k1, wide.v, o);
+    const double scale = o.scale ? *o.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+    check_spec7<T>("softmax_attention " + c.describe(), out, plain, oracle,
+                   forward_error_bound<T>(c.head_dim, c.seq_len_kv, scale * c.head_dim, 1));
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("softmax_attention matches the reference (SPEC 7) on tile-edge and random shapes",
+                   "[kernels][softmax_attention]", float, double) {
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    const std::vector<KernelCase> cases = kernel_cases(rng, kQueryTile, kKeyTile, 8);
+    // Alternate a temporary workspace and one workspace reused across calls of every size.
+    AttentionWorkspace<T> workspace;
+    for (std::size_t i = 0; i < cases.size(); ++i)
+        check_softmax_case<T>(rng, cases[i], i % 2 == 0 ? nullptr : &workspace);
+}
+
+TEMPLATE_TEST_CASE("softmax_attention: heads are column blocks of wider matrices, output into a column block",
+                   "[kernels][softmax_attention]", float, double) {
+    using T = TestType;
+    using W = Wide<T>;
+    DIFFATTN_TEST_RNG(rng);
+    const Index n = kQueryTile + 3, s = 2 * kKeyTile + 5, d = 16, dv = 24, heads = 3;
+    const RowMatrix<T> q_all = random_matrix<T>(rng, n, heads * d);   // [N x 3d]
+    const RowMatrix<T> k_all = random_matrix<T>(rng, s, heads * d);   // [S x 3d]
+    const RowMatrix<T> v_all = random_matrix<T>(rng, s, heads * dv);  // [S x 3dv]
+    const T sentinel = T(-777);
+    RowMatrix<T> out_all = RowMatrix<T>::Constant(n, heads * dv, sentinel);
+    AttentionOptions o;  // causal, S > N
+    const Index h = 1;   // the middle head
+
+    const ConstMatrixRef<T> q(q_all.middleCols(h * d, d));
+    const ConstMatrixRef<T> k(k_all.middleCols(h * d, d));
+    const ConstMatrixRef<T> v(v_all.middleCols(h * dv, dv));
+    // Bound without a copy.
+    CHECK(q.data() == q_all.data() + h * d);
+    CHECK(k.data() == k_all.data() + h * d);
+    CHECK(v.data() == v_all.data() + h * dv);
+    diffattn::softmax_attention(q, k, v, out_all.middleCols(h * dv, dv), o);
+
+    CHECK((out_all.leftCols(h * dv).array() == sentinel).all());
+    CHECK((out_all.rightCols((heads - h - 1) * dv).array() == sentinel).all());
+    const RowMatrix<T> q_h = q, k_h = k, v_h = v;
+    const RowMatrix<T> plain = reference::softmax_attention(q_h, k_h, v_h, o);
+    const RowMatrix<W> oracle = reference::softmax_attention(cast_to<W>(q_h), cast_to<W>(k_h), cast_to<W>(v_h), o);
+    const RowMatrix<T> got = out_all.middleCols(h * dv, dv);
+    check_spec7<T>("middle head", got, plain, oracle, forward_error_bound<T>(d, s, 0.25 * d, 1));
+}
