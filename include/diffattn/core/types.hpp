@@ -8,6 +8,7 @@
 #include <Eigen/Core>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace diffattn {
 
@@ -35,6 +36,11 @@ template <typename T>
 using ConstVectorRef = Eigen::Ref<const Vector<T>>;
 template <typename T>
 using VectorRef = Eigen::Ref<Vector<T>>;
+
+/// Scalar of running sums over many rows: double for float, so a sum of N rows keeps float
+/// accuracy instead of losing O(N eps).
+template <typename T>
+using Accumulator = std::conditional_t<std::is_same_v<T, float>, double, T>;
 
 /// Map over a raw row-major buffer (file data, user memory).
 template <typename T>

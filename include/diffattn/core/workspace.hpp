@@ -30,7 +30,10 @@ public:
     void reserve(Index /*seq_len_q*/, Index seq_len_kv, Index /*head_dim*/, Index value_dim) {
         if (logits_.rows() < kQueryTile || logits_.cols() < kKeyTile) logits_.resize(kQueryTile, kKeyTile);
         for (auto& state : states_) state.reserve(kQueryTile, value_dim);
-        if (row_accumulator_.size() < value_dim) row_accumulator_.resize(value_dim);
+        if (row_accumulator_.size() < value_dim) {
+            row_accumulator_.resize(value_dim);
+            row_compensation_.resize(value_dim);
+        }
         if (column_accumulator_.size() < seq_len_kv) column_accumulator_.resize(seq_len_kv);
     }
 
@@ -38,15 +41,18 @@ public:
     RowMatrix<T>& logits() { return logits_; }
     /// Online-softmax state of map i (0: map 1, 1: map 2, 2: DINT's integral map).
     OnlineSoftmaxState<T>& state(std::size_t i) { return states_[i]; }
-    /// [value_dim] running sum of rows (DINT causal_mean / global_mean without a history).
-    Vector<T>& row_accumulator() { return row_accumulator_; }
+    /// [value_dim] running sum of O1 rows (DINT causal_mean / global_mean), in the wider Accumulator<T>.
+    Vector<Accumulator<T>>& row_accumulator() { return row_accumulator_; }
+    /// [value_dim] Kahan compensation of row_accumulator().
+    Vector<Accumulator<T>>& row_compensation() { return row_compensation_; }
     /// [seq_len_kv] running column sums of A1 (DINT causal_softmax without a history).
     Vector<T>& column_accumulator() { return column_accumulator_; }
 
 private:
     RowMatrix<T> logits_;
     std::array<OnlineSoftmaxState<T>, 3> states_;
-    Vector<T> row_accumulator_;
+    Vector<Accumulator<T>> row_accumulator_;
+    Vector<Accumulator<T>> row_compensation_;
     Vector<T> column_accumulator_;
 };
 

@@ -135,25 +135,42 @@ void dint_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, co
             });
             return;
         }
-        // causal_mean and global_mean: running sum of O1 rows.
-        Eigen::Ref<Vector<T>> o1_sum = history != nullptr && integral == DintIntegral::causal_mean
-                                           ? history->o1_row_sum.head(value_dim)
-                                           : ws.row_accumulator().head(value_dim);
-        if (history == nullptr || integral == DintIntegral::global_mean) o1_sum.setZero();
+        // causal_mean and global_mean: running sum of O1 rows, compensated (Kahan) in Accumulator<T>
+        // within the call, so identical rows (one-hot maps) do not pile up rounding errors.
+        using Wide = Accumulator<T>;
+        Eigen::Ref<Vector<Wide>> o1_sum = ws.row_accumulator().head(value_dim);
+        Eigen::Ref<Vector<Wide>> o1_compensation = ws.row_compensation().head(value_dim);
+        o1_compensation.setZero();
+        const bool continues_history = history != nullptr && integral == DintIntegral::causal_mean;
+        if (continues_history) {
+            o1_sum = history->o1_row_sum.template cast<Wide>();
+        } else {
+            o1_sum.setZero();
+        }
         for_each_query_block(seq_len_q, [&](Index q_begin, Index q_rows) {
             differential_block(logits1, logits2, scale, mask, q_begin, q_rows, v, lambda, ws, out);
             for (Index r = 0; r < q_rows; ++r) {
-                o1_sum += map1.normalized_row(r).transpose();
-                if (integral == DintIntegral::causal_mean) {
-                    const T rows_so_far = static_cast<T>(rows_before + q_begin + r + 1);
-                    out.row(q_begin + r) += (lambda / rows_so_far) * o1_sum.transpose();
+                const auto o1 = map1.normalized_row(r);
+                for (Index j = 0; j < value_dim; ++j) {
+                    const Wide term = Wide(o1(j)) - o1_compensation[j];
+                    const Wide total = o1_sum[j] + term;
+                    o1_compensation[j] = (total - o1_sum[j]) - term;
+                    o1_sum[j] = total;
+                }
+                // SPEC 1: a query allowed no key gets an all-zero row (the DIFF part already is).
+                if (integral == DintIntegral::causal_mean && mask.key_end(q_begin + r) > 0) {
+                    const Wide weight = Wide(lambda) / Wide(rows_before + q_begin + r + 1);
+                    out.row(q_begin + r) += (weight * o1_sum).template cast<T>().transpose();
                 }
             }
         });
         if (integral == DintIntegral::global_mean && seq_len_q > 0) {
-            const T weight = lambda / static_cast<T>(seq_len_q);
-            for (Index n = 0; n < seq_len_q; ++n) out.row(n) += weight * o1_sum.transpose();
+            const Wide weight = Wide(lambda) / Wide(seq_len_q);
+            for (Index n = 0; n < seq_len_q; ++n) {
+                if (mask.key_end(n) > 0) out.row(n) += (weight * o1_sum).template cast<T>().transpose();
+            }
         }
+        if (continues_history) history->o1_row_sum = o1_sum.template cast<T>();
     });
     if (history != nullptr) history->rows += seq_len_q;
 }
