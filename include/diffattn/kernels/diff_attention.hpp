@@ -57,12 +57,14 @@ void diff_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, co
 ///   q1, q2 [N x d]; k1, k2 [S x d], S >= N; v [S x dv] (dv = 2d in the DIFF Transformer); out [N x dv].
 ///   Heads may be column blocks of wider row-major matrices; out must not alias the inputs.
 /// Throws ShapeError / OptionError naming the argument and shapes.
+template <int = 0>  // instantiated only where called (keeps every other TU cheap to compile)
 inline void diff_attention(const ConstMatrixRef<float>& q1, const ConstMatrixRef<float>& k1,
                            const ConstMatrixRef<float>& q2, const ConstMatrixRef<float>& k2,
                            const ConstMatrixRef<float>& v, float lambda, MatrixRef<float> out,
                            const AttentionOptions& options = {}, AttentionWorkspace<float>* workspace = nullptr) {
     detail::diff_attention<float>(q1, k1, q2, k2, v, lambda, out, options, workspace);
 }
+template <int = 0>
 inline void diff_attention(const ConstMatrixRef<double>& q1, const ConstMatrixRef<double>& k1,
                            const ConstMatrixRef<double>& q2, const ConstMatrixRef<double>& k2,
                            const ConstMatrixRef<double>& v, double lambda, MatrixRef<double> out,

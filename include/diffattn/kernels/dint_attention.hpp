@@ -181,6 +181,7 @@ void dint_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, co
 /// chosen by `integral`. Shapes as diff_attention. With a KV cache (S > N) the causal integrals
 /// need `history` of the S - N earlier rows (history->rows == S - N); it is updated in place.
 /// global_mean needs mask none and no history rows.
+template <int = 0>  // instantiated only where called (keeps every other TU cheap to compile)
 inline void dint_attention(const ConstMatrixRef<float>& q1, const ConstMatrixRef<float>& k1,
                            const ConstMatrixRef<float>& q2, const ConstMatrixRef<float>& k2,
                            const ConstMatrixRef<float>& v, float lambda, DintIntegral integral, MatrixRef<float> out,
@@ -188,6 +189,7 @@ inline void dint_attention(const ConstMatrixRef<float>& q1, const ConstMatrixRef
                            AttentionWorkspace<float>* workspace = nullptr) {
     detail::dint_attention<float>(q1, k1, q2, k2, v, lambda, integral, out, options, history, workspace);
 }
+template <int = 0>
 inline void dint_attention(const ConstMatrixRef<double>& q1, const ConstMatrixRef<double>& k1,
                            const ConstMatrixRef<double>& q2, const ConstMatrixRef<double>& k2,
                            const ConstMatrixRef<double>& v, double lambda, DintIntegral integral,

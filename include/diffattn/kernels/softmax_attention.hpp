@@ -29,11 +29,13 @@ void softmax_attention(const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k, c
 ///   Any argument may be a column block of a wider row-major matrix (one head of many); no copy is made.
 ///   workspace: optional scratch reused across calls (else a temporary one is allocated).
 /// Throws ShapeError / OptionError naming the argument and shapes.
+template <int = 0>  // instantiated only where called (keeps every other TU cheap to compile)
 inline void softmax_attention(const ConstMatrixRef<float>& q, const ConstMatrixRef<float>& k,
                               const ConstMatrixRef<float>& v, MatrixRef<float> out,
                               const AttentionOptions& options = {}, AttentionWorkspace<float>* workspace = nullptr) {
     detail::softmax_attention<float>(q, k, v, out, options, workspace);
 }
+template <int = 0>
 inline void softmax_attention(const ConstMatrixRef<double>& q, const ConstMatrixRef<double>& k,
                               const ConstMatrixRef<double>& v, MatrixRef<double> out,
                               const AttentionOptions& options = {}, AttentionWorkspace<double>* workspace = nullptr) {
