@@ -4,22 +4,7 @@
 // Eigen reports a forbidden heap allocation through eigen_assert, which NDEBUG (Release) turns off,
 // so this file routes eigen_assert to a counter that the test reads: the check works in every
 // build type, and a forbidden allocation is a test failure rather than an abort.
-#ifndef EIGEN_RUNTIME_NO_MALLOC
-#define EIGEN_RUNTIME_NO_MALLOC
-#endif
-
-namespace diffattn_nomalloc {
-inline int failures = 0;                // eigen_assert failures seen
-inline const char* first_failure = "";  // the first failed condition
-inline void record(const char* condition) {
-    if (failures++ == 0) first_failure = condition;
-}
-}  // namespace diffattn_nomalloc
-
-#define eigen_assert(x)                                             \
-    do {                                                            \
-        if (!static_cast<bool>(x)) ::diffattn_nomalloc::record(#x); \
-    } while (false)
+#include "../no_malloc_guard.hpp"  // first: routes eigen_assert to a counter
 
 #include "test_support.hpp"
 
@@ -31,20 +16,7 @@ inline void record(const char* condition) {
 using namespace diffattn;
 using namespace diffattn::test;
 
-namespace {
-
-/// Runs `f` with Eigen's heap allocations forbidden; returns the number of forbidden allocations
-/// (and other eigen_assert failures) it triggered.
-template <typename F>
-int without_malloc(F&& f) {
-    const int before = diffattn_nomalloc::failures;
-    Eigen::internal::set_is_malloc_allowed(false);
-    f();
-    Eigen::internal::set_is_malloc_allowed(true);
-    return diffattn_nomalloc::failures - before;
-}
-
-}  // namespace
+using diffattn_nomalloc::without_malloc;
 
 TEST_CASE("no-malloc guard: a forbidden allocation is detected", "[kernels][nomalloc]") {
     const int failures = without_malloc([] {

@@ -1,6 +1,7 @@
 // Built alone with EIGEN_RUNTIME_NO_MALLOC: with a KvCache and a ForwardState made (and the state
 // used once with a cache of this length, which sizes its kernel workspaces for the context),
 // prefill and decode of every attention kind and DINT mode allocate nothing through Eigen.
+#include "../no_malloc_guard.hpp"  // first: routes eigen_assert to a counter
 #include "diffattn/model/decoder_model.hpp"
 #include "diffattn/model/kv_cache.hpp"
 
@@ -10,19 +11,7 @@
 
 using namespace diffattn;
 
-#ifndef EIGEN_RUNTIME_NO_MALLOC
-#error "this test must be compiled with EIGEN_RUNTIME_NO_MALLOC"
-#endif
-
-namespace {
-
-/// Disallows Eigen heap allocation for its lifetime.
-struct NoMalloc {
-    NoMalloc() { Eigen::internal::set_is_malloc_allowed(false); }
-    ~NoMalloc() { Eigen::internal::set_is_malloc_allowed(true); }
-};
-
-}  // namespace
+using diffattn_nomalloc::without_malloc;
 
 TEMPLATE_TEST_CASE("cached prefill and decode allocate nothing", "[model][kv_cache][nomalloc]", float, double) {
     using T = TestType;
@@ -59,13 +48,12 @@ TEMPLATE_TEST_CASE("cached prefill and decode allocate nothing", "[model][kv_cac
         RowMatrix<T> logits(20, 64);
         model.forward(prompt, state, logits, &cache);  // first use: sizes the workspaces for 200 keys
         cache.reset();
-        {
-            NoMalloc guard;
+        CHECK(without_malloc([&] {
             model.forward(prompt, state, logits, &cache);                            // prefill
             for (int i = 0; i < 120; ++i) model.forward(next, state, logits.topRows(1), &cache);  // decode to 140 keys
             cache.reset();
             model.forward(prompt, state, logits, &cache);  // reuse
-        }
+        }) == 0);
         CHECK(cache.length() == 20);
     }
 }

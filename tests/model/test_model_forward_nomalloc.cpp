@@ -1,6 +1,7 @@
 // Built alone with EIGEN_RUNTIME_NO_MALLOC: once a ForwardState exists, a model forward of every
 // attention kind allocates nothing through Eigen (all activations and kernel workspaces live in
 // the state, sized once for max_len).
+#include "../no_malloc_guard.hpp"  // first: routes eigen_assert to a counter
 #include "diffattn/model/decoder_model.hpp"
 
 #include <catch2/catch.hpp>
@@ -9,19 +10,7 @@
 
 using namespace diffattn;
 
-#ifndef EIGEN_RUNTIME_NO_MALLOC
-#error "this test must be compiled with EIGEN_RUNTIME_NO_MALLOC"
-#endif
-
-namespace {
-
-/// Disallows Eigen heap allocation for its lifetime.
-struct NoMalloc {
-    NoMalloc() { Eigen::internal::set_is_malloc_allowed(false); }
-    ~NoMalloc() { Eigen::internal::set_is_malloc_allowed(true); }
-};
-
-}  // namespace
+using diffattn_nomalloc::without_malloc;
 
 TEMPLATE_TEST_CASE("model forward allocates nothing after the state is made", "[model][nomalloc]", float, double) {
     using T = TestType;
@@ -47,12 +36,11 @@ TEMPLATE_TEST_CASE("model forward allocates nothing after the state is made", "[
             ForwardState<T> state = model.make_state(70, 2);
             RowMatrix<T> logits(40, 64);
             RowMatrix<T> expected = model.logits(tokens);
-            {
-                NoMalloc guard;
+            CHECK(without_malloc([&] {
                 model.forward(tokens, state, logits);
                 tokens.resize(20);
                 model.forward(tokens, state, logits.topRows(20));  // shorter call, same state
-            }
+            }) == 0);
             CHECK((logits.topRows(20) - expected.topRows(20)).cwiseAbs().maxCoeff() < 1e-5);
         }
     }
