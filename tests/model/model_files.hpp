@@ -1,11 +1,12 @@
 // Helpers of the model tests: temporary directories and writing model directories
-// (config.json + model.safetensors, F32) from a model's parameter list.
+// (config.json + model.safetensors, F32) from a model's parameter list; the golden model directories.
 #pragma once
 
 #include "diffattn/io/safetensors.hpp"
 #include "diffattn/model/config_json.hpp"
 #include "diffattn/model/decoder_model.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <map>
@@ -71,6 +72,20 @@ TensorSet tensors_of(DecoderModel<T>& model) {
 inline void write_model_dir(const std::filesystem::path& dir, const ModelConfig& config, const TensorSet& tensors) {
     write_model_config(dir / "config.json", config);
     write_safetensors(dir / "model.safetensors", tensors.views());
+}
+
+/// Every model directory under tests/data/models that has golden logits, sorted.
+inline std::vector<std::filesystem::path> golden_model_dirs() {
+    std::vector<std::filesystem::path> dirs;
+    const std::filesystem::path root = std::filesystem::path(DIFFATTN_TEST_DATA_DIR) / "models";
+    if (!std::filesystem::is_directory(root)) return dirs;
+    for (const auto& entry : std::filesystem::directory_iterator(root)) {
+        if (entry.is_directory() && std::filesystem::exists(entry.path() / "golden.safetensors")) {
+            dirs.push_back(entry.path());
+        }
+    }
+    std::sort(dirs.begin(), dirs.end());
+    return dirs;
 }
 
 }  // namespace model_test

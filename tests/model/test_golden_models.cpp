@@ -9,6 +9,8 @@
 //           norm and lm_head, each adding a few eps relative to the O(1) residual stream; the
 //           largest error seen is ~8 eps m, so 64 eps m leaves room for other compilers and SIMD
 //           widths while any formula error (>= 1e-3) still fails.
+#include "model_files.hpp"
+
 #include "diffattn/io/safetensors.hpp"
 #include "diffattn/model/decoder_model.hpp"
 
@@ -22,21 +24,9 @@
 #include <vector>
 
 using namespace diffattn;
+using model_test::golden_model_dirs;
 
 namespace {
-
-std::vector<std::filesystem::path> golden_model_dirs() {
-    std::vector<std::filesystem::path> dirs;
-    const std::filesystem::path root = std::filesystem::path(DIFFATTN_TEST_DATA_DIR) / "models";
-    if (!std::filesystem::is_directory(root)) return dirs;
-    for (const auto& entry : std::filesystem::directory_iterator(root)) {
-        if (entry.is_directory() && std::filesystem::exists(entry.path() / "golden.safetensors")) {
-            dirs.push_back(entry.path());
-        }
-    }
-    std::sort(dirs.begin(), dirs.end());
-    return dirs;
-}
 
 struct Golden {
     std::vector<Token> tokens;

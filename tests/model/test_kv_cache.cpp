@@ -13,6 +13,8 @@
 //           path with a real error (a wrong position, a missed history row) is off by >= 1e-3.
 //   golden: cached logits against the PyTorch golden files with test_golden_models' tolerances
 //           (double 1e-9 m, float 64 eps_float m).
+#include "model_files.hpp"
+
 #include "diffattn/io/safetensors.hpp"
 #include "diffattn/model/decoder_model.hpp"
 #include "diffattn/model/generate.hpp"
@@ -28,6 +30,7 @@
 #include <vector>
 
 using namespace diffattn;
+using model_test::golden_model_dirs;
 
 namespace {
 
@@ -140,19 +143,6 @@ RowMatrix<T> cached_logits(const DecoderModel<T>& model, const std::vector<Token
 double max_abs_diff(const RowMatrix<double>& a, const RowMatrix<double>& b) { return (a - b).cwiseAbs().maxCoeff(); }
 
 double magnitude(const RowMatrix<double>& logits) { return std::max(1.0, logits.cwiseAbs().maxCoeff()); }
-
-std::vector<std::filesystem::path> golden_model_dirs() {
-    std::vector<std::filesystem::path> dirs;
-    const std::filesystem::path root = std::filesystem::path(DIFFATTN_TEST_DATA_DIR) / "models";
-    if (!std::filesystem::is_directory(root)) return dirs;
-    for (const auto& entry : std::filesystem::directory_iterator(root)) {
-        if (entry.is_directory() && std::filesystem::exists(entry.path() / "golden.safetensors")) {
-            dirs.push_back(entry.path());
-        }
-    }
-    std::sort(dirs.begin(), dirs.end());
-    return dirs;
-}
 
 }  // namespace
 
