@@ -28,6 +28,9 @@ struct AttentionOptions {
     std::optional<Index> valid_len;
     /// Score scale s (finite, > 0). Unset: 1 / sqrt(head_dim).
     std::optional<double> scale;
+    /// Threads the kernel may use over its query blocks (>= 1). Used only when the build has
+    /// OpenMP (DIFFATTN_HAS_OPENMP); the result matches the 1-thread result within SPEC 7.
+    int threads = 1;
 };
 
 /// What DINT's causal integral needs to know about query rows of earlier calls (SPEC 2.3, 6),
