@@ -8,6 +8,7 @@
 // core: Eigen aliases, errors, argument checks, scratch memory
 #include "diffattn/core/checks.hpp"
 #include "diffattn/core/error.hpp"
+#include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/core/workspace.hpp"
 

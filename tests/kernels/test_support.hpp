@@ -214,12 +214,14 @@ struct KernelCase {
     MaskKind mask = MaskKind::causal;
     std::optional<Index> valid_len;
     std::optional<double> scale;
+    int threads = 1;       // AttentionOptions::threads (query blocks on several threads)
 
     AttentionOptions options() const {
         AttentionOptions o;
         o.mask = mask;
         o.valid_len = valid_len;
         o.scale = scale;
+        o.threads = threads;
         return o;
     }
 
@@ -229,6 +231,7 @@ struct KernelCase {
           << " mask=" << (mask == MaskKind::causal ? "causal" : "none");
         if (valid_len) s << " valid_len=" << *valid_len;
         if (scale) s << " scale=" << *scale;
+        if (threads != 1) s << " threads=" << threads;
         return s.str();
     }
 };
@@ -305,6 +308,7 @@ inline std::vector<KernelCase> kernel_cases(std::mt19937& rng, Index query_tile,
             c.mask = mask;
             c.valid_len = random_valid_len(rng, n, s);
             c.scale = random_scale();
+            c.threads = static_cast<int>(uniform_index(rng, 1, 3));  // 3 threads: more chunks than cores
             cases.push_back(c);
         }
     };

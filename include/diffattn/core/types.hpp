@@ -18,6 +18,10 @@ using Index = Eigen::Index;
 template <typename T>
 using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
+/// Column-major dynamic matrix: scratch whose columns are vectors (e.g. per-chunk column sums).
+template <typename T>
+using ColMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;
+
 /// Dynamic column vector (per-row statistics, weights, biases).
 template <typename T>
 using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;

@@ -2,7 +2,8 @@
 //
 // A kernel call grows the workspace at its entry if it is too small (the only place kernels
 // allocate); reserve() it up front and the tiled loops allocate nothing. A workspace serves one
-// call at a time: give each thread its own.
+// call at a time: a call with AttentionOptions::threads = T uses T sets of block scratch inside
+// it, but two concurrent calls need two workspaces.
 #pragma once
 
 #include "diffattn/core/types.hpp"
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <vector>
 
 namespace diffattn {
 
@@ -17,43 +19,93 @@ namespace diffattn {
 inline constexpr Index kQueryTile = 64;
 inline constexpr Index kKeyTile = 128;
 
+/// Number of query blocks of kQueryTile rows covering `seq_len_q` rows.
+inline Index query_block_count(Index seq_len_q) { return (seq_len_q + kQueryTile - 1) / kQueryTile; }
+
+/// What one thread needs to run one query block: a logits tile and the online-softmax states of
+/// up to three maps. O(kQueryTile * (kKeyTile + 3 * value_dim)).
+template <typename T>
+struct BlockScratch {
+    RowMatrix<T> logits;                           ///< [kQueryTile x kKeyTile] logits / probabilities of one tile
+    std::array<OnlineSoftmaxState<T>, 3> states;   ///< map 1, map 2, DINT's integral map
+
+    void reserve(Index value_dim) {
+        if (logits.rows() < kQueryTile || logits.cols() < kKeyTile) logits.resize(kQueryTile, kKeyTile);
+        for (auto& state : states) state.reserve(kQueryTile, value_dim);
+    }
+};
+
+/// Resizes `m` to at least [rows x cols] if it is smaller (never shrinks; the kernels' entry-time allocation).
+template <typename Matrix>
+void grow_to(Matrix& m, Index rows, Index cols) {
+    if (m.rows() < rows || m.cols() < cols) m.resize(std::max(rows, m.rows()), std::max(cols, m.cols()));
+}
+template <typename Scalar>
+void grow_to(Vector<Scalar>& v, Index size) {
+    if (v.size() < size) v.resize(size);
+}
+
 template <typename T>
 class AttentionWorkspace {
 public:
     AttentionWorkspace() = default;
-    AttentionWorkspace(Index seq_len_q, Index seq_len_kv, Index head_dim, Index value_dim) {
-        reserve(seq_len_q, seq_len_kv, head_dim, value_dim);
+    AttentionWorkspace(Index seq_len_q, Index seq_len_kv, Index head_dim, Index value_dim, int threads = 1) {
+        reserve(seq_len_q, seq_len_kv, head_dim, value_dim, threads);
     }
 
-    /// Makes room for calls up to these sizes. Memory: O(kQueryTile * (kKeyTile + 3 * value_dim) + seq_len_kv);
-    /// nothing grows with seq_len_q (no N x S buffer anywhere).
-    void reserve(Index /*seq_len_q*/, Index seq_len_kv, Index /*head_dim*/, Index value_dim) {
-        if (logits_.rows() < kQueryTile || logits_.cols() < kKeyTile) logits_.resize(kQueryTile, kKeyTile);
-        for (auto& state : states_) state.reserve(kQueryTile, value_dim);
-        if (row_accumulator_.size() < value_dim) {
-            row_accumulator_.resize(value_dim);
-            row_compensation_.resize(value_dim);
+    /// Makes room for calls up to these sizes with up to `threads` threads. Memory:
+    /// threads * O(kQueryTile * (kKeyTile + 3 * value_dim)) + O(seq_len_kv) for DINT causal_softmax
+    /// + O(seq_len_q / kQueryTile * value_dim) for DINT's mean modes (+ O(threads^2 * seq_len_kv)
+    /// with several threads); nothing grows as seq_len_q * seq_len_kv (no N x S buffer anywhere).
+    void reserve(Index seq_len_q, Index seq_len_kv, Index /*head_dim*/, Index value_dim, int threads = 1) {
+        const Index t = std::max(threads, 1);
+        if (blocks_.size() < static_cast<std::size_t>(t)) blocks_.resize(static_cast<std::size_t>(t));
+        for (auto& block : blocks_) block.reserve(value_dim);
+        grow_to(block_row_sums_, query_block_count(seq_len_q), value_dim);
+        grow_to(block_row_compensation_, query_block_count(seq_len_q), value_dim);
+        grow_to(running_row_sum_, value_dim);
+        grow_to(running_row_error_, value_dim);
+        grow_to(column_sums_, seq_len_kv, t);
+        if (chunk_begin_.size() < static_cast<std::size_t>(t + 1)) chunk_begin_.resize(static_cast<std::size_t>(t + 1));
+        if (t > 1) {
+            grow_to(partial_column_sums_, seq_len_kv, t * t);
+            grow_to(map1_row_max_, seq_len_q);
+            grow_to(map1_row_sum_, seq_len_q);
         }
-        if (column_accumulator_.size() < seq_len_kv) column_accumulator_.resize(seq_len_kv);
     }
 
-    /// [kQueryTile x kKeyTile] logits / probabilities of one tile.
-    RowMatrix<T>& logits() { return logits_; }
-    /// Online-softmax state of map i (0: map 1, 1: map 2, 2: DINT's integral map).
-    OnlineSoftmaxState<T>& state(std::size_t i) { return states_[i]; }
-    /// [value_dim] running sum of O1 rows (DINT causal_mean / global_mean), in the wider Accumulator<T>.
-    Vector<Accumulator<T>>& row_accumulator() { return row_accumulator_; }
-    /// [value_dim] Kahan compensation of row_accumulator().
-    Vector<Accumulator<T>>& row_compensation() { return row_compensation_; }
-    /// [seq_len_kv] running column sums of A1 (DINT causal_softmax without a history).
-    Vector<T>& column_accumulator() { return column_accumulator_; }
+    /// Block scratch of thread `thread` (0 for a single-threaded call).
+    BlockScratch<T>& block(int thread) { return blocks_[static_cast<std::size_t>(thread)]; }
+
+    /// DINT causal_mean / global_mean: per query block, the sum of its O1 rows and the Kahan
+    /// compensation of that sum, in the wider Accumulator<T>: [blocks x value_dim] each.
+    RowMatrix<Accumulator<T>>& block_row_sums() { return block_row_sums_; }
+    RowMatrix<Accumulator<T>>& block_row_compensation() { return block_row_compensation_; }
+    /// [value_dim] running sum of O1 rows over the blocks, and its Kahan compensation.
+    Vector<Accumulator<T>>& running_row_sum() { return running_row_sum_; }
+    Vector<Accumulator<T>>& running_row_error() { return running_row_error_; }
+
+    /// DINT causal_softmax: running column sums of A1, one column per query chunk [seq_len_kv x chunks];
+    /// with several threads also the partial sums of each (thread, chunk) [seq_len_kv x threads * chunks].
+    ColMatrix<T>& column_sums() { return column_sums_; }
+    ColMatrix<T>& partial_column_sums() { return partial_column_sums_; }
+    /// DINT causal_softmax with several threads: first query block of each chunk, and the end [chunks + 1].
+    std::vector<Index>& chunk_begin() { return chunk_begin_; }
+    /// DINT causal_softmax with several threads: map 1's final row max and sum of every query row [seq_len_q].
+    Vector<T>& map1_row_max() { return map1_row_max_; }
+    Vector<T>& map1_row_sum() { return map1_row_sum_; }
 
 private:
-    RowMatrix<T> logits_;
-    std::array<OnlineSoftmaxState<T>, 3> states_;
-    Vector<Accumulator<T>> row_accumulator_;
-    Vector<Accumulator<T>> row_compensation_;
-    Vector<T> column_accumulator_;
+    std::vector<BlockScratch<T>> blocks_;
+    RowMatrix<Accumulator<T>> block_row_sums_;
+    RowMatrix<Accumulator<T>> block_row_compensation_;
+    Vector<Accumulator<T>> running_row_sum_;
+    Vector<Accumulator<T>> running_row_error_;
+    ColMatrix<T> column_sums_;
+    ColMatrix<T> partial_column_sums_;
+    std::vector<Index> chunk_begin_;
+    Vector<T> map1_row_max_;
+    Vector<T> map1_row_sum_;
 };
 
 }  // namespace diffattn

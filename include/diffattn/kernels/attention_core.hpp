@@ -9,6 +9,7 @@
 
 #include "diffattn/core/checks.hpp"
 #include "diffattn/core/error.hpp"
+#include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/core/workspace.hpp"
 #include "diffattn/kernels/mask.hpp"
@@ -18,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace diffattn::detail {
 
@@ -59,12 +61,17 @@ void attend_block(Logits& logits, T logit_scale, const Mask& mask, Index q_begin
     }
 }
 
-/// Calls f(q_begin, q_rows) for each block of at most kQueryTile query rows, in order.
-template <typename F>
-void for_each_query_block(Index seq_len_q, F&& f) {
-    for (Index q_begin = 0; q_begin < seq_len_q; q_begin += kQueryTile) {
-        f(q_begin, std::min(kQueryTile, seq_len_q - q_begin));
-    }
+/// Calls f(q_begin, q_rows, scratch) for each block of at most kQueryTile query rows, on up to
+/// `threads` threads, each block with
+/// the block scratch of the thread running it. Blocks must be independent. Under a causal mask a
+/// later block sees more keys, so the blocks are handed out last first (the heaviest first).
+template <typename T, typename Mask, typename F>
+void for_each_query_block(Index seq_len_q, int threads, const Mask& /*mask*/, AttentionWorkspace<T>& ws, F&& f) {
+    constexpr Schedule schedule = std::is_same_v<Mask, CausalMask> ? Schedule::largest_first : Schedule::equal_tasks;
+    parallel_for(query_block_count(seq_len_q), threads, schedule, [&](Index b, int thread) {
+        const Index q_begin = b * kQueryTile;
+        f(q_begin, std::min(kQueryTile, seq_len_q - q_begin), ws.block(thread));
+    });
 }
 
 /// Options after validation, with defaults filled in.
@@ -72,6 +79,7 @@ struct ResolvedOptions {
     MaskKind mask;
     Index valid_len;  ///< keys [0, valid_len) exist
     double scale;     ///< s > 0
+    int threads;      ///< threads this build will use (1 without OpenMP)
 };
 
 /// Checks the shapes of one query/key/value triple and the output, and the options.
@@ -89,7 +97,8 @@ ResolvedOptions check_attention(const char* function, const char* q_name, const 
     require_no_alias(function, "out", out, k_name, k);
     require_no_alias(function, "out", out, v_name, v);
 
-    ResolvedOptions resolved{options.mask, k.rows(), 0.0};
+    require<OptionError>(options.threads >= 1, function, ": threads must be >= 1, got ", options.threads);
+    ResolvedOptions resolved{options.mask, k.rows(), 0.0, available_threads(options.threads)};
     if (options.valid_len) {
         resolved.valid_len = *options.valid_len;
         require<OptionError>(resolved.valid_len >= 0 && resolved.valid_len <= k.rows(), function,
@@ -113,9 +122,9 @@ ResolvedOptions check_attention(const char* function, const char* q_name, const 
 /// Returns the caller's workspace, or `local`, reserved for these sizes (the kernels' only allocation point).
 template <typename T>
 AttentionWorkspace<T>& prepare_workspace(AttentionWorkspace<T>* workspace, AttentionWorkspace<T>& local, Index seq_len_q,
-                                         Index seq_len_kv, Index head_dim, Index value_dim) {
+                                         Index seq_len_kv, Index head_dim, Index value_dim, int threads) {
     AttentionWorkspace<T>& ws = workspace != nullptr ? *workspace : local;
-    ws.reserve(seq_len_q, seq_len_kv, head_dim, value_dim);
+    ws.reserve(seq_len_q, seq_len_kv, head_dim, value_dim, threads);
     return ws;
 }
 

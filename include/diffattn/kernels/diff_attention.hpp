@@ -26,11 +26,11 @@ ResolvedOptions check_differential(const char* function, const ConstMatrixRef<T>
 template <typename T, typename Mask>
 void differential_block(const DotProductLogits<T>& logits1, const DotProductLogits<T>& logits2, T scale,
                         const Mask& mask, Index q_begin, Index q_rows, const ConstMatrixRef<T>& v, T lambda,
-                        AttentionWorkspace<T>& ws, MatrixRef<T>& out) {
-    OnlineSoftmaxState<T>& map1 = ws.state(0);
-    OnlineSoftmaxState<T>& map2 = ws.state(1);
-    attend_block(logits1, scale, mask, q_begin, q_rows, v, ws.logits(), map1);
-    attend_block(logits2, scale, mask, q_begin, q_rows, v, ws.logits(), map2);
+                        BlockScratch<T>& scratch, MatrixRef<T>& out) {
+    OnlineSoftmaxState<T>& map1 = scratch.states[0];
+    OnlineSoftmaxState<T>& map2 = scratch.states[1];
+    attend_block(logits1, scale, mask, q_begin, q_rows, v, scratch.logits, map1);
+    attend_block(logits2, scale, mask, q_begin, q_rows, v, scratch.logits, map2);
     for (Index r = 0; r < q_rows; ++r) {
         out.row(q_begin + r) = map1.normalized_row(r) - lambda * map2.normalized_row(r);
     }
@@ -42,12 +42,15 @@ void diff_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, co
                     const AttentionOptions& options, AttentionWorkspace<T>* workspace) {
     const ResolvedOptions resolved = check_differential<T>("diff_attention", q1, k1, q2, k2, v, lambda, out, options);
     AttentionWorkspace<T> local;
-    AttentionWorkspace<T>& ws = prepare_workspace(workspace, local, q1.rows(), k1.rows(), q1.cols(), v.cols());
+    AttentionWorkspace<T>& ws =
+        prepare_workspace(workspace, local, q1.rows(), k1.rows(), q1.cols(), v.cols(), resolved.threads);
     const DotProductLogits<T> logits1(q1, k1), logits2(q2, k2);
     dispatch_mask(resolved.mask, q1.rows(), k1.rows(), resolved.valid_len, [&](const auto& mask) {
-        for_each_query_block(q1.rows(), [&](Index q_begin, Index q_rows) {
-            differential_block(logits1, logits2, T(resolved.scale), mask, q_begin, q_rows, v, lambda, ws, out);
-        });
+        for_each_query_block(q1.rows(), resolved.threads, mask, ws,
+                             [&](Index q_begin, Index q_rows, BlockScratch<T>& scratch) {
+                                 differential_block(logits1, logits2, T(resolved.scale), mask, q_begin, q_rows, v,
+                                                    lambda, scratch, out);
+                             });
     });
 }
 

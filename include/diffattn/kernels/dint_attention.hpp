@@ -7,7 +7,8 @@
 //   causal_softmax: I = softmax_M(G), G = running column mean of A1; I V is one more pass of
 //                   the tiled core whose logits policy rebuilds A1 tiles from map 1's final
 //                   {m, l} and turns them into G rows with O(S) running column sums.
-// Query blocks run in order because each needs the sums of all rows before it.
+// Each query block needs the sums over all rows before it; dint_mean_integral and
+// dint_softmax_integral say how the blocks still run on several threads.
 #pragma once
 
 #include "diffattn/kernels/diff_attention.hpp"
@@ -15,46 +16,80 @@
 namespace diffattn {
 namespace detail {
 
-/// Logits policy of DINT's causal_softmax integral map (dint-transformer-v2 eq. 5-6).
-/// For a tile it recomputes A1[r, j] = exp(s q1_r . k1_j - m_r) / l_r from map 1's final state
-/// (0 where the mask hides j), adds each row into the running column sums of A1 and writes
-/// G[r, j] = column_sum[j] / (rows so far) — values in [0, 1], used with logit scale 1.
+/// A1 tiles of one query block, rebuilt from map 1's final statistics of its rows:
+/// A1[r, j] = exp(s q1_r . k1_j - m_r) / l_r, and 0 where the mask hides key j from row r.
 template <typename T, typename Mask>
-class IntegralLogits {
+class A1Tiles {
 public:
-    IntegralLogits(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, T scale, const Mask& mask,
-                   const OnlineSoftmaxState<T>& map1, Eigen::Ref<Vector<T>> column_sum, Index rows_before)
-        : q1_(q1), k1_(k1), scale_(scale), mask_(mask), map1_(map1), column_sum_(column_sum),
-          rows_before_(rows_before) {}
+    /// row_max, row_sum: map 1's final m and l of the block's rows [q_rows].
+    A1Tiles(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, T scale, const Mask& mask,
+            ConstVectorRef<T> row_max, ConstVectorRef<T> row_sum)
+        : q1_(q1), k1_(k1), scale_(scale), mask_(mask), row_max_(row_max), row_sum_(row_sum) {}
 
+    /// tile [rows x keys] = A1[q_begin + r, k_begin + j].
     template <typename Tile>
-    void operator()(Index q_begin, Index k_begin, Tile& tile) {
+    void operator()(Index q_begin, Index k_begin, Tile& tile) const {
         const Index keys = tile.cols();
         tile_product<false>(tile, q1_.middleRows(q_begin, tile.rows()), k1_.middleRows(k_begin, keys).transpose());
-        auto column_sum = column_sum_.segment(k_begin, keys);
         for (Index r = 0; r < tile.rows(); ++r) {
             auto row = tile.row(r);
             const Index visible = visible_keys_in_tile(mask_, q_begin + r, k_begin, keys);
-            const T inverse_sum = map1_.inverse_sum(r);
+            const T inverse_sum = row_sum_[r] > T(0) ? T(1) / row_sum_[r] : T(0);
             row.tail(keys - visible).setZero();
             if (visible > 0) {
-                row.head(visible) =
-                    ((row.head(visible).array() * scale_ - map1_.row_max(r)).exp() * inverse_sum).matrix();
+                row.head(visible) = ((row.head(visible).array() * scale_ - row_max_[r]).exp() * inverse_sum).matrix();
             }
+        }
+    }
+
+private:
+    const ConstMatrixRef<T>& q1_;  // [N x d]
+    const ConstMatrixRef<T>& k1_;  // [S x d]
+    T scale_;
+    const Mask& mask_;
+    ConstVectorRef<T> row_max_;
+    ConstVectorRef<T> row_sum_;
+};
+
+/// Logits policy of DINT's causal_softmax integral map (dint-transformer-v2 eq. 5-6).
+/// For a tile it rebuilds the A1 tile, adds each row into the running column sums of A1 and writes
+/// G[r, j] = column_sum[j] / (rows so far) — values in [0, 1], used with logit scale 1.
+/// Rows must come in order: the running sums must hold every earlier row of the sequence.
+template <typename T, typename Mask>
+class IntegralLogits {
+public:
+    IntegralLogits(const A1Tiles<T, Mask>& a1, VectorRef<T> column_sum, Index rows_before)
+        : a1_(a1), column_sum_(column_sum), rows_before_(rows_before) {}
+
+    template <typename Tile>
+    void operator()(Index q_begin, Index k_begin, Tile& tile) {
+        a1_(q_begin, k_begin, tile);
+        auto column_sum = column_sum_.segment(k_begin, tile.cols());
+        for (Index r = 0; r < tile.rows(); ++r) {
+            auto row = tile.row(r);
             column_sum += row.transpose();  // the row is final: later keys are masked for it (SPEC 6)
             row = column_sum.transpose() / static_cast<T>(rows_before_ + q_begin + r + 1);
         }
     }
 
 private:
-    const ConstMatrixRef<T>& q1_;          // [N x d]
-    const ConstMatrixRef<T>& k1_;          // [S x d]
-    T scale_;
-    const Mask& mask_;
-    const OnlineSoftmaxState<T>& map1_;    // map 1's final state for the current query block
-    Eigen::Ref<Vector<T>> column_sum_;     // [S] column sums of A1 over all rows so far
-    Index rows_before_;                    // query rows of earlier calls (the cache)
+    const A1Tiles<T, Mask>& a1_;
+    VectorRef<T> column_sum_;  // [S] column sums of A1 over all rows so far
+    Index rows_before_;        // query rows of earlier calls (the cache)
 };
+
+/// column_sum += the column sums of the A1 rows of one query block (every key tile it visits).
+template <typename T, typename Mask, typename ColumnSum>
+void add_a1_column_sums(const A1Tiles<T, Mask>& a1, const Mask& mask, Index q_begin, Index q_rows,
+                        RowMatrix<T>& tile_buffer, ColumnSum&& column_sum) {
+    const Index visit_end = block_visit_end(mask, q_begin, q_begin + q_rows);
+    for (Index k_begin = 0; k_begin < visit_end; k_begin += kKeyTile) {
+        const Index keys = std::min(kKeyTile, visit_end - k_begin);
+        auto tile = tile_buffer.topLeftCorner(q_rows, keys);
+        a1(q_begin, k_begin, tile);
+        column_sum.segment(k_begin, keys) += tile.colwise().sum().transpose();
+    }
+}
 
 /// Validates the DINT-specific options and the history, and sizes the history's sums.
 template <typename T>
@@ -105,6 +140,199 @@ void check_dint(DintIntegral integral, const ResolvedOptions& resolved, Index se
     }
 }
 
+/// The integral of the mean modes (SPEC 2.3: I V is the running or global mean of the rows of
+/// O1 = A1 V), in three steps so that query blocks can run on several threads and the result does
+/// not depend on the thread count:
+///   1. each block writes its DIFF rows and the Kahan sum of its O1 rows (causal_mean also adds the
+///      part of each row's running mean that comes from rows of its own block);
+///   2. exclusive prefix sums over the blocks, continuing the history (sequential, O(blocks dv));
+///   3. each row gets the part that comes from earlier blocks (causal_mean) or the global mean.
+/// Sums run in Accumulator<T> with Kahan compensation, so identical rows (one-hot maps) do not pile
+/// up rounding errors.
+template <typename T, typename Mask>
+void dint_mean_integral(const DotProductLogits<T>& logits1, const DotProductLogits<T>& logits2, T scale,
+                        const Mask& mask, const ConstMatrixRef<T>& v, T lambda, DintIntegral integral,
+                        const ResolvedOptions& resolved, Index seq_len_q, DintHistory<T>* history,
+                        AttentionWorkspace<T>& ws, MatrixRef<T>& out) {
+    using Wide = Accumulator<T>;
+    const Index value_dim = v.cols();
+    const Index rows_before = history != nullptr ? history->rows : 0;
+    const bool causal = integral == DintIntegral::causal_mean;
+    RowMatrix<Wide>& block_sums = ws.block_row_sums();          // [blocks x dv]
+    RowMatrix<Wide>& block_errors = ws.block_row_compensation();  // [blocks x dv]
+    const auto kahan_add = [](auto&& sum, auto&& error, const auto& value) {
+        for (Index j = 0; j < sum.size(); ++j) {
+            const Wide term = Wide(value[j]) - error[j];
+            const Wide total = sum[j] + term;
+            error[j] = (total - sum[j]) - term;
+            sum[j] = total;
+        }
+    };
+    const auto row_weight = [&](Index n) { return Wide(lambda) / Wide(rows_before + n + 1); };
+
+    for_each_query_block(seq_len_q, resolved.threads, mask, ws, [&](Index q_begin, Index q_rows, BlockScratch<T>& scratch) {
+        differential_block(logits1, logits2, scale, mask, q_begin, q_rows, v, lambda, scratch, out);
+        const OnlineSoftmaxState<T>& map1 = scratch.states[0];
+        auto sum = block_sums.row(q_begin / kQueryTile).head(value_dim);
+        auto error = block_errors.row(q_begin / kQueryTile).head(value_dim);
+        sum.setZero();
+        error.setZero();
+        for (Index r = 0; r < q_rows; ++r) {
+            kahan_add(sum, error, map1.normalized_row(r));
+            // SPEC 1: a query allowed no key gets an all-zero row (the DIFF part already is).
+            if (causal && mask.key_end(q_begin + r) > 0) {
+                out.row(q_begin + r) += (row_weight(q_begin + r) * sum).template cast<T>();
+            }
+        }
+    });
+
+    // Block b's row becomes the sum of the O1 rows of every earlier row (history and blocks < b).
+    auto running = ws.running_row_sum().head(value_dim);
+    auto running_error = ws.running_row_error().head(value_dim);
+    running.setZero();
+    running_error.setZero();
+    if (causal && history != nullptr && history->rows > 0) running = history->o1_row_sum.template cast<Wide>();
+    const Index blocks = query_block_count(seq_len_q);
+    for (Index b = 0; b < blocks; ++b) {
+        for (Index j = 0; j < value_dim; ++j) {
+            const Wide block_total = block_sums(b, j) - block_errors(b, j);  // compensated
+            block_sums(b, j) = running[j];
+            const Wide term = block_total - running_error[j];
+            const Wide total = running[j] + term;
+            running_error[j] = (total - running[j]) - term;
+            running[j] = total;
+        }
+    }
+
+    const Wide global_weight = seq_len_q > 0 ? Wide(lambda) / Wide(seq_len_q) : Wide(0);
+    for_each_query_block(seq_len_q, resolved.threads, mask, ws, [&](Index q_begin, Index q_rows, BlockScratch<T>&) {
+        const auto earlier = block_sums.row(q_begin / kQueryTile).head(value_dim);
+        for (Index n = q_begin; n < q_begin + q_rows; ++n) {
+            if (mask.key_end(n) == 0) continue;  // SPEC 1: stays an all-zero row
+            if (causal) {
+                if (q_begin > 0 || rows_before > 0) out.row(n) += (row_weight(n) * earlier).template cast<T>();
+            } else {
+                out.row(n) += (global_weight * running.transpose()).template cast<T>();
+            }
+        }
+    });
+    if (causal && history != nullptr) history->o1_row_sum = running.template cast<T>();
+}
+
+/// The causal_softmax integral (dint-transformer-v2 eq. 5-6): after the DIFF rows of a query block,
+/// one more pass of the tiled core over logits G = running column mean of A1 (IntegralLogits).
+/// The running column sums make the blocks depend on all earlier ones. With one thread the blocks
+/// simply run in order. With T > 1 threads the query rows are cut into T chunks of whole blocks
+/// with about equal work:
+///   1. every block (in parallel) writes its DIFF rows and keeps map 1's final row max and sum;
+///   2. the blocks of every chunk but the last (in parallel) add their A1 rows into column sums
+///      private to (thread, chunk);
+///   3. each chunk (one per thread) starts from the history plus the sums of all earlier chunks
+///      and runs its blocks in order, as the one-thread path does.
+/// Step 2 is the price of parallelism (an extra Q1 K1^T pass over all but the last chunk); the
+/// sums are added in another order than with one thread, so results agree within SPEC 7.
+template <typename T, typename Mask>
+void dint_softmax_integral(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1,
+                           const DotProductLogits<T>& logits1, const DotProductLogits<T>& logits2, T scale,
+                           const Mask& mask, const ConstMatrixRef<T>& v, T lambda, const ResolvedOptions& resolved,
+                           Index seq_len_q, DintHistory<T>* history, AttentionWorkspace<T>& ws, MatrixRef<T>& out) {
+    const Index seq_len_kv = k1.rows();
+    const Index rows_before = history != nullptr ? history->rows : 0;
+    const Index blocks = query_block_count(seq_len_q);
+    const Index chunks = std::min<Index>(resolved.threads, blocks);
+
+    // The integral map of rows [q_begin, q_begin + q_rows), given map 1's statistics of those rows
+    // and the column sums of A1 over every earlier row.
+    const auto integral_block = [&](Index q_begin, Index q_rows, ConstVectorRef<T> row_max,
+                                    ConstVectorRef<T> row_sum, VectorRef<T> column_sum, BlockScratch<T>& scratch) {
+        const A1Tiles<T, Mask> a1(q1, k1, scale, mask, row_max, row_sum);
+        IntegralLogits<T, Mask> integral_logits(a1, column_sum, rows_before);
+        OnlineSoftmaxState<T>& integral_map = scratch.states[2];
+        attend_block(integral_logits, T(1), mask, q_begin, q_rows, v, scratch.logits, integral_map);
+        for (Index r = 0; r < q_rows; ++r) out.row(q_begin + r) += lambda * integral_map.normalized_row(r);
+    };
+
+    if (chunks <= 1) {
+        VectorRef<T> column_sum = history != nullptr ? VectorRef<T>(history->a1_column_sum.head(seq_len_kv))
+                                                     : VectorRef<T>(ws.column_sums().col(0).head(seq_len_kv));
+        if (history == nullptr) column_sum.setZero();
+        BlockScratch<T>& scratch = ws.block(0);
+        const OnlineSoftmaxState<T>& map1 = scratch.states[0];
+        for (Index q_begin = 0; q_begin < seq_len_q; q_begin += kQueryTile) {
+            const Index q_rows = std::min(kQueryTile, seq_len_q - q_begin);
+            differential_block(logits1, logits2, scale, mask, q_begin, q_rows, v, lambda, scratch, out);
+            integral_block(q_begin, q_rows, map1.row_maxima(), map1.row_sums(), column_sum, scratch);
+        }
+        return;
+    }
+
+    // Chunk boundaries: equal shares of the key tiles the blocks visit (their cost under the mask).
+    std::vector<Index>& chunk_begin = ws.chunk_begin();
+    const auto block_cost = [&](Index b) {
+        const Index q_begin = b * kQueryTile, q_end = std::min(seq_len_q, q_begin + kQueryTile);
+        return block_visit_end(mask, q_begin, q_end) + 1;
+    };
+    Index total_cost = 0;
+    for (Index b = 0; b < blocks; ++b) total_cost += block_cost(b);
+    chunk_begin[0] = 0;
+    for (Index c = 1, b = 0, cost = 0; c < chunks; ++c) {
+        // Chunk c starts where the cost so far reaches c / chunks of the total; every chunk keeps
+        // at least one block.
+        while (b < blocks - (chunks - c) &&
+               (b <= chunk_begin[static_cast<std::size_t>(c - 1)] || cost * chunks < c * total_cost)) {
+            cost += block_cost(b++);
+        }
+        chunk_begin[static_cast<std::size_t>(c)] = b;
+    }
+    chunk_begin[static_cast<std::size_t>(chunks)] = blocks;
+    const auto chunk_of = [&](Index b) {
+        Index c = 0;
+        while (chunk_begin[static_cast<std::size_t>(c + 1)] <= b) ++c;
+        return c;
+    };
+
+    // 1. DIFF rows of every block; map 1's statistics kept for steps 2 and 3.
+    Vector<T>& row_max = ws.map1_row_max();
+    Vector<T>& row_sum = ws.map1_row_sum();
+    for_each_query_block(seq_len_q, resolved.threads, mask, ws, [&](Index q_begin, Index q_rows, BlockScratch<T>& scratch) {
+        differential_block(logits1, logits2, scale, mask, q_begin, q_rows, v, lambda, scratch, out);
+        row_max.segment(q_begin, q_rows) = scratch.states[0].row_maxima();
+        row_sum.segment(q_begin, q_rows) = scratch.states[0].row_sums();
+    });
+
+    // 2. Column sums of A1 over each chunk but the last, per (thread, chunk).
+    ColMatrix<T>& partial = ws.partial_column_sums();  // column thread * chunks + chunk
+    partial.leftCols(resolved.threads * chunks).topRows(seq_len_kv).setZero();
+    const Index summed_blocks = chunk_begin[static_cast<std::size_t>(chunks - 1)];
+    parallel_for(summed_blocks, resolved.threads, Schedule::largest_first, [&](Index b, int thread) {
+        const Index q_begin = b * kQueryTile, q_rows = std::min(kQueryTile, seq_len_q - q_begin);
+        const A1Tiles<T, Mask> a1(q1, k1, scale, mask, row_max.segment(q_begin, q_rows), row_sum.segment(q_begin, q_rows));
+        add_a1_column_sums(a1, mask, q_begin, q_rows, ws.block(thread).logits,
+                           partial.col(thread * chunks + chunk_of(b)).head(seq_len_kv));
+    });
+
+    // 3. Each chunk's starting sums, then its blocks in order.
+    ColMatrix<T>& column_sums = ws.column_sums();  // column c: running sums of chunk c
+    for (Index c = 0; c < chunks; ++c) {
+        auto sums = column_sums.col(c).head(seq_len_kv);
+        if (c == 0) {
+            if (history != nullptr) sums = history->a1_column_sum.head(seq_len_kv);
+            else sums.setZero();
+        } else {
+            sums = column_sums.col(c - 1).head(seq_len_kv);
+            for (Index t = 0; t < resolved.threads; ++t) sums += partial.col(t * chunks + c - 1).head(seq_len_kv);
+        }
+    }
+    parallel_for(chunks, resolved.threads, Schedule::equal_tasks, [&](Index c, int thread) {
+        for (Index b = chunk_begin[static_cast<std::size_t>(c)]; b < chunk_begin[static_cast<std::size_t>(c + 1)]; ++b) {
+            const Index q_begin = b * kQueryTile, q_rows = std::min(kQueryTile, seq_len_q - q_begin);
+            integral_block(q_begin, q_rows, row_max.segment(q_begin, q_rows), row_sum.segment(q_begin, q_rows),
+                           column_sums.col(c).head(seq_len_kv), ws.block(thread));
+        }
+    });
+    if (history != nullptr) history->a1_column_sum.head(seq_len_kv) = column_sums.col(chunks - 1).head(seq_len_kv);
+}
+
 template <typename T>
 void dint_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, const ConstMatrixRef<T>& q2,
                     const ConstMatrixRef<T>& k2, const ConstMatrixRef<T>& v, T lambda, DintIntegral integral,
@@ -114,63 +342,16 @@ void dint_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, co
     const Index seq_len_q = q1.rows(), seq_len_kv = k1.rows(), value_dim = v.cols();
     check_dint<T>(integral, resolved, seq_len_q, seq_len_kv, value_dim, history);
     AttentionWorkspace<T> local;
-    AttentionWorkspace<T>& ws = prepare_workspace(workspace, local, seq_len_q, seq_len_kv, q1.cols(), value_dim);
-    const Index rows_before = history != nullptr ? history->rows : 0;
+    AttentionWorkspace<T>& ws =
+        prepare_workspace(workspace, local, seq_len_q, seq_len_kv, q1.cols(), value_dim, resolved.threads);
     const T scale = T(resolved.scale);
     const DotProductLogits<T> logits1(q1, k1), logits2(q2, k2);
-    const OnlineSoftmaxState<T>& map1 = ws.state(0);
-
     dispatch_mask(resolved.mask, seq_len_q, seq_len_kv, resolved.valid_len, [&](const auto& mask) {
-        using Mask = std::decay_t<decltype(mask)>;
         if (integral == DintIntegral::causal_softmax) {
-            Eigen::Ref<Vector<T>> column_sum = history != nullptr ? history->a1_column_sum.head(seq_len_kv)
-                                                                  : ws.column_accumulator().head(seq_len_kv);
-            if (history == nullptr) column_sum.setZero();
-            IntegralLogits<T, Mask> integral_logits(q1, k1, scale, mask, map1, column_sum, rows_before);
-            OnlineSoftmaxState<T>& integral_map = ws.state(2);
-            for_each_query_block(seq_len_q, [&](Index q_begin, Index q_rows) {
-                differential_block(logits1, logits2, scale, mask, q_begin, q_rows, v, lambda, ws, out);
-                attend_block(integral_logits, T(1), mask, q_begin, q_rows, v, ws.logits(), integral_map);
-                for (Index r = 0; r < q_rows; ++r) out.row(q_begin + r) += lambda * integral_map.normalized_row(r);
-            });
-            return;
-        }
-        // causal_mean and global_mean: running sum of O1 rows, compensated (Kahan) in Accumulator<T>
-        // within the call, so identical rows (one-hot maps) do not pile up rounding errors.
-        using Wide = Accumulator<T>;
-        Eigen::Ref<Vector<Wide>> o1_sum = ws.row_accumulator().head(value_dim);
-        Eigen::Ref<Vector<Wide>> o1_compensation = ws.row_compensation().head(value_dim);
-        o1_compensation.setZero();
-        const bool continues_history = history != nullptr && integral == DintIntegral::causal_mean;
-        if (continues_history) {
-            o1_sum = history->o1_row_sum.template cast<Wide>();
+            dint_softmax_integral(q1, k1, logits1, logits2, scale, mask, v, lambda, resolved, seq_len_q, history, ws, out);
         } else {
-            o1_sum.setZero();
+            dint_mean_integral(logits1, logits2, scale, mask, v, lambda, integral, resolved, seq_len_q, history, ws, out);
         }
-        for_each_query_block(seq_len_q, [&](Index q_begin, Index q_rows) {
-            differential_block(logits1, logits2, scale, mask, q_begin, q_rows, v, lambda, ws, out);
-            for (Index r = 0; r < q_rows; ++r) {
-                const auto o1 = map1.normalized_row(r);
-                for (Index j = 0; j < value_dim; ++j) {
-                    const Wide term = Wide(o1(j)) - o1_compensation[j];
-                    const Wide total = o1_sum[j] + term;
-                    o1_compensation[j] = (total - o1_sum[j]) - term;
-                    o1_sum[j] = total;
-                }
-                // SPEC 1: a query allowed no key gets an all-zero row (the DIFF part already is).
-                if (integral == DintIntegral::causal_mean && mask.key_end(q_begin + r) > 0) {
-                    const Wide weight = Wide(lambda) / Wide(rows_before + q_begin + r + 1);
-                    out.row(q_begin + r) += (weight * o1_sum).template cast<T>().transpose();
-                }
-            }
-        });
-        if (integral == DintIntegral::global_mean && seq_len_q > 0) {
-            const Wide weight = Wide(lambda) / Wide(seq_len_q);
-            for (Index n = 0; n < seq_len_q; ++n) {
-                if (mask.key_end(n) > 0) out.row(n) += (weight * o1_sum).template cast<T>().transpose();
-            }
-        }
-        if (continues_history) history->o1_row_sum = o1_sum.template cast<T>();
     });
     if (history != nullptr) history->rows += seq_len_q;
 }

@@ -102,6 +102,9 @@ public:
     /// Final running maximum of row r (scaled logits) and sum: A[r, j] = exp(logit_j - m_r) / l_r.
     T row_max(Index r) const { return row_max_[r]; }
     T row_sum(Index r) const { return row_sum_[r]; }
+    /// The same for every row of the block: [rows] segments.
+    auto row_maxima() const { return row_max_.head(rows_); }
+    auto row_sums() const { return row_sum_.head(rows_); }
 
 private:
     auto accumulator() { return acc_.topLeftCorner(rows_, value_dim_); }

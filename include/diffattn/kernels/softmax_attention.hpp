@@ -11,14 +11,16 @@ void softmax_attention(const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k, c
                        MatrixRef<T> out, const AttentionOptions& options, AttentionWorkspace<T>* workspace) {
     const ResolvedOptions resolved = check_attention<T>("softmax_attention", "Q", "K", "V", q, k, v, out, options);
     AttentionWorkspace<T> local;
-    AttentionWorkspace<T>& ws = prepare_workspace(workspace, local, q.rows(), k.rows(), q.cols(), v.cols());
-    OnlineSoftmaxState<T>& state = ws.state(0);
+    AttentionWorkspace<T>& ws =
+        prepare_workspace(workspace, local, q.rows(), k.rows(), q.cols(), v.cols(), resolved.threads);
     const DotProductLogits<T> logits(q, k);
     dispatch_mask(resolved.mask, q.rows(), k.rows(), resolved.valid_len, [&](const auto& mask) {
-        for_each_query_block(q.rows(), [&](Index q_begin, Index q_rows) {
-            attend_block(logits, T(resolved.scale), mask, q_begin, q_rows, v, ws.logits(), state);
-            state.normalize_into(out.middleRows(q_begin, q_rows));
-        });
+        for_each_query_block(q.rows(), resolved.threads, mask, ws,
+                             [&](Index q_begin, Index q_rows, BlockScratch<T>& scratch) {
+                                 OnlineSoftmaxState<T>& state = scratch.states[0];
+                                 attend_block(logits, T(resolved.scale), mask, q_begin, q_rows, v, scratch.logits, state);
+                                 state.normalize_into(out.middleRows(q_begin, q_rows));
+                             });
     });
 }
 

@@ -1,0 +1,72 @@
+// The one place diffattn starts threads: a parallel loop over independent tasks (attention heads,
+// query blocks), with OpenMP when the build has it (DIFFATTN_HAS_OPENMP) and sequential otherwise.
+//
+// A task receives the index of the thread running it, so it can use that thread's scratch. What a
+// task computes must not depend on which thread runs it; the callers keep results bit-identical for
+// every thread count except where they document otherwise. (The CMake build defines
+// EIGEN_DONT_PARALLELIZE next to DIFFATTN_HAS_OPENMP so Eigen's own GEMM threading, whose blocking
+// depends on its thread count, never joins in.)
+#pragma once
+
+#include "diffattn/core/types.hpp"
+
+#include <algorithm>
+#include <exception>
+
+#if defined(DIFFATTN_HAS_OPENMP)
+#include <omp.h>
+#endif
+
+namespace diffattn::detail {
+
+/// Threads this build can use: `requested` (at least 1) with OpenMP, 1 without.
+inline int available_threads(int requested) {
+#if defined(DIFFATTN_HAS_OPENMP)
+    return requested < 1 ? 1 : requested;
+#else
+    (void)requested;
+    return 1;
+#endif
+}
+
+/// How parallel_for hands tasks to threads.
+enum class Schedule {
+    equal_tasks,   ///< tasks cost about the same: contiguous ranges, one per thread
+    largest_first, ///< task cost grows with its index (causal query blocks): dynamic, last index first
+};
+
+/// Calls task(i, thread) for i in [0, count) on up to `threads` threads, thread in [0, threads).
+/// Runs sequentially (thread 0, increasing i) with one thread, without OpenMP, or when called from
+/// inside another parallel region. An exception thrown by a task is rethrown after the loop.
+template <typename Task>
+void parallel_for(Index count, int threads, Schedule schedule, Task&& task) {
+#if defined(DIFFATTN_HAS_OPENMP)
+    const int team = static_cast<int>(std::min<Index>(available_threads(threads), count));  // no idle threads
+    if (team > 1 && !omp_in_parallel()) {
+        std::exception_ptr failure;
+        const auto guarded = [&](Index i) {
+            try {
+                task(i, omp_get_thread_num());
+            } catch (...) {
+#pragma omp critical(diffattn_parallel_for)
+                if (!failure) failure = std::current_exception();
+            }
+        };
+        if (schedule == Schedule::largest_first) {
+#pragma omp parallel for num_threads(team) schedule(dynamic, 1)
+            for (Index i = 0; i < count; ++i) guarded(count - 1 - i);
+        } else {
+#pragma omp parallel for num_threads(team) schedule(static)
+            for (Index i = 0; i < count; ++i) guarded(i);
+        }
+        if (failure) std::rethrow_exception(failure);
+        return;
+    }
+#else
+    (void)threads;
+    (void)schedule;
+#endif
+    for (Index i = 0; i < count; ++i) task(i, 0);
+}
+
+}  // namespace diffattn::detail
