@@ -1,156 +1,221 @@
-// Single-head kernel benchmarks: every kernel and the reference at a few sizes, next to an Eigen
-// GEMM of the same FLOP count in the same binary, so each figure reads as a fraction of GEMM speed.
+// Single-head kernel benchmarks: every kernel and DINT integral mode over a sweep of sequence
+// lengths, head dims, masks and thread counts, next to an Eigen GEMM of the same FLOP count in
+// the same binary, so each figure reads as a fraction of GEMM speed. docs/benchmarks.md explains
+// how to read the output; scripts/bench.sh runs it and charts it.
 //
-// FLOPs counted (useful work of the formula): QK^T and PV of every map, 2 flops per multiply-add,
-// causal counted half. DINT is counted as DIFF (its integral term is overhead on top of the same
-// useful work), so a DINT/DIFF time ratio reads directly from the GFLOP/s columns.
-// Counters: GFLOPs (rate) and vs_gemm (rate / the GEMM rate measured once at start-up).
+// Names (tools/bench_json.py parses them), all wall-clock timed (".../real_time"):
+//   softmax/N:<N>/d:<d>/mask:<causal|none>/threads:<T>                 Q, K [N x d], V [N x d]
+//   diff/...                                                          Q1, K1, Q2, K2 [N x d], V [N x 2d]
+//   dint_causal_softmax/..., dint_causal_mean/..., dint_global_mean/...  (global_mean: mask none only)
+//   reference_softmax/..., reference_diff/..., reference_dint_causal_softmax/...
+//                                   the plain transcription (materialised N x N maps), one thread,
+//                                   only where its maps fit in kReferenceMaxBytes
+//   gemm/N:<N>/d:<d>/mask:<m>/threads:<T>
+//                                   Eigen SGEMM, square, with the flops of a softmax map of that
+//                                   N, d, mask (the chart's GEMM line); T > 1: T row panels (OpenMP)
+//
+// FLOPs counted (the useful work of the formula): QK^T and PV of every map, 2 flops per
+// multiply-add, S = N, causal counted half. DIFF = 2 maps of value width 2d. DINT is counted as
+// DIFF (its integral term is overhead on top of the same useful work), so DINT / DIFF time ratios
+// read directly from the GFLOP/s columns.
+// Counters: GFLOPs (rate), vs_gemm (rate / the rate of an Eigen SGEMM of equal flops on the same
+// thread count, measured in this process), gemm_GFLOPs (that denominator).
+// The kernels get AttentionOptions::threads = T (1 and 2 for the headline cases).
+//
+// Flags (besides Google Benchmark's): --quick (N 512..2048, short runs), --max-n=N.
+#include "bench_common.hpp"
+
 #include <diffattn/diffattn.hpp>
 
-#include <benchmark/benchmark.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <random>
+#include <string>
+#include <vector>
 
 namespace {
 
-using diffattn::Index;
-using Matrix = diffattn::RowMatrix<float>;
+using bench::Index;
+using bench::Matrix;
+using bench::Name;
+using diffattn::DintIntegral;
 
-Matrix random_matrix(Index rows, Index cols, unsigned seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    Matrix m(rows, cols);
-    for (Index i = 0; i < m.size(); ++i) m.data()[i] = normal(rng);
-    return m;
-}
+/// The reference materialises several N x N float maps; it runs only while they fit in this.
+constexpr double kReferenceMaxBytes = 384.0 * 1024 * 1024;  // softmax, DIFF to N 4096; DINT to 2048
 
-/// Multiply-add flops of one attention map: QK^T (N S d) + PV (N S dv), causal halved.
-double map_flops(Index n, Index head_dim, Index value_dim, bool causal) {
-    const double full = 2.0 * double(n) * double(n) * double(head_dim + value_dim);
-    return causal ? full / 2 : full;
-}
+enum class Kind { softmax, diff, dint };
 
-/// Square GEMM edge whose 2 n^3 flops best match `flops`.
-Index gemm_edge_for(double flops) { return std::max<Index>(8, Index(std::lround(std::cbrt(flops / 2.0)))); }
+struct Case {
+    Kind kind = Kind::softmax;
+    DintIntegral integral = DintIntegral::causal_softmax;
+    Index n = 0, d = 0;
+    bool causal = true;
+    int threads = 1;
 
-/// GFLOP/s of Eigen's single-threaded SGEMM at 512^3, best of a few runs (the ratio's denominator).
-double gemm_rate() {
-    static const double rate = [] {
-        const Index n = 512;
-        Matrix a = random_matrix(n, n, 1), b = random_matrix(n, n, 2), c(n, n);
-        double best = 0;
-        for (int i = 0; i < 8; ++i) {
-            const auto t0 = std::chrono::steady_clock::now();
-            c.noalias() = a * b;
-            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            benchmark::DoNotOptimize(c.data());
-            best = std::max(best, 2.0 * n * n * n / s / 1e9);
+    Index value_dim() const { return kind == Kind::softmax ? d : 2 * d; }
+    double flops() const {
+        const double one = bench::map_flops(n, d, value_dim(), causal);
+        return kind == Kind::softmax ? one : 2 * one;
+    }
+    std::string family() const {
+        switch (kind) {
+            case Kind::softmax: return "softmax";
+            case Kind::diff: return "diff";
+            case Kind::dint: return std::string("dint_") + diffattn::to_string(integral);
         }
-        return best;
-    }();
-    return rate;
+        return "?";
+    }
+    /// N x N float matrices the reference holds at its peak (logits, maps, combined, integral).
+    double reference_bytes() const {
+        const double maps = kind == Kind::softmax ? 3 : kind == Kind::diff ? 5 : 8;
+        return maps * double(n) * double(n) * sizeof(float);
+    }
+    Name name(const std::string& family_name) const {
+        Name name(family_name);
+        name("N", n)("d", d)("mask", causal ? "causal" : "none")("threads", threads);
+        return name;
+    }
+    diffattn::AttentionOptions options() const {
+        diffattn::AttentionOptions options;
+        options.mask = causal ? diffattn::MaskKind::causal : diffattn::MaskKind::none;
+        options.threads = threads;
+        return options;
+    }
+};
+
+struct Inputs {
+    Matrix q1, k1, q2, k2, v, out;
+    explicit Inputs(const Case& c)
+        : q1(bench::random_matrix(c.n, c.d, 1)),
+          k1(bench::random_matrix(c.n, c.d, 2)),
+          q2(c.kind == Kind::softmax ? Matrix() : bench::random_matrix(c.n, c.d, 3)),
+          k2(c.kind == Kind::softmax ? Matrix() : bench::random_matrix(c.n, c.d, 4)),
+          v(bench::random_matrix(c.n, c.value_dim(), 5)),
+          out(c.n, c.value_dim()) {}
+};
+
+constexpr float kLambda = 0.8f;
+
+void run_kernel(benchmark::State& state, const Case& c) {
+    Inputs in(c);
+    diffattn::AttentionWorkspace<float> ws;
+    const diffattn::AttentionOptions options = c.options();
+    auto call = [&] {
+        switch (c.kind) {
+            case Kind::softmax: diffattn::softmax_attention(in.q1, in.k1, in.v, in.out, options, &ws); break;
+            case Kind::diff:
+                diffattn::diff_attention(in.q1, in.k1, in.q2, in.k2, in.v, kLambda, in.out, options, &ws);
+                break;
+            case Kind::dint:
+                diffattn::dint_attention(in.q1, in.k1, in.q2, in.k2, in.v, kLambda, c.integral, in.out, options,
+                                         nullptr, &ws);
+                break;
+        }
+        benchmark::DoNotOptimize(in.out.data());
+    };
+    call();  // warm-up: sizes the workspace, faults the pages in
+    bench::run_and_report(state, c.flops(), c.threads, call);
 }
 
-/// Runs `body` for every benchmark iteration and sets the GFLOPs and vs_gemm counters from the
-/// wall time of the whole loop.
-template <typename Body>
-void run_and_report(benchmark::State& state, double flops_per_iteration, Body&& body) {
-    const double gemm = gemm_rate();  // measured before the timed loop
-    const auto start = std::chrono::steady_clock::now();
-    for (auto _ : state) body();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double rate = flops_per_iteration * double(state.iterations()) / seconds / 1e9;
-    state.counters["GFLOPs"] = rate;
-    state.counters["vs_gemm"] = rate / gemm;
+void run_reference(benchmark::State& state, const Case& c) {
+    Inputs in(c);
+    const diffattn::AttentionOptions options = c.options();
+    auto call = [&] {
+        Matrix out;
+        switch (c.kind) {
+            case Kind::softmax: out = diffattn::reference::softmax_attention(in.q1, in.k1, in.v, options); break;
+            case Kind::diff:
+                out = diffattn::reference::diff_attention(in.q1, in.k1, in.q2, in.k2, in.v, kLambda, options);
+                break;
+            case Kind::dint:
+                out = diffattn::reference::dint_attention(in.q1, in.k1, in.q2, in.k2, in.v, kLambda, c.integral,
+                                                          options);
+                break;
+        }
+        benchmark::DoNotOptimize(out.data());
+    };
+    bench::run_and_report(state, c.flops(), 1, call);
 }
 
-diffattn::AttentionOptions options_for(bool causal) {
-    diffattn::AttentionOptions options;
-    options.mask = causal ? diffattn::MaskKind::causal : diffattn::MaskKind::none;
-    return options;
-}
-
-// Arguments: {N (= S), head_dim, causal}
-void BM_softmax(benchmark::State& state) {
-    const Index n = state.range(0), d = state.range(1);
-    const bool causal = state.range(2) != 0;
-    const Matrix q = random_matrix(n, d, 1), k = random_matrix(n, d, 2), v = random_matrix(n, d, 3);
-    Matrix out(n, d);
-    diffattn::AttentionWorkspace<float> ws(n, n, d, d);
-    run_and_report(state, map_flops(n, d, d, causal), [&] {
-        diffattn::softmax_attention(q, k, v, out, options_for(causal), &ws);
+/// Eigen SGEMM with the flops of a softmax map of (N, d, mask): the chart's GEMM line.
+void run_gemm(benchmark::State& state, const Case& c) {
+    const Index e = bench::gemm_edge_for(c.flops());
+    const Matrix a = bench::random_matrix(e, e, 1), b = bench::random_matrix(e, e, 2);
+    Matrix out(e, e);
+    state.counters["edge"] = double(e);
+    bench::run_and_report(state, 2.0 * double(e) * double(e) * double(e), c.threads, [&] {
+        bench::gemm(a, b, out, c.threads);
         benchmark::DoNotOptimize(out.data());
     });
 }
 
-// Arguments: {N, head_dim d (value width 2d), causal}
-void BM_diff(benchmark::State& state) {
-    const Index n = state.range(0), d = state.range(1);
-    const bool causal = state.range(2) != 0;
-    const Matrix q1 = random_matrix(n, d, 1), k1 = random_matrix(n, d, 2), q2 = random_matrix(n, d, 3),
-                 k2 = random_matrix(n, d, 4), v = random_matrix(n, 2 * d, 5);
-    Matrix out(n, 2 * d);
-    diffattn::AttentionWorkspace<float> ws(n, n, d, 2 * d);
-    run_and_report(state, 2 * map_flops(n, d, 2 * d, causal), [&] {
-        diffattn::diff_attention(q1, k1, q2, k2, v, 0.8f, out, options_for(causal), &ws);
-        benchmark::DoNotOptimize(out.data());
-    });
-}
+void register_all(const bench::BenchArgs& args) {
+    std::vector<Index> sizes;
+    for (Index n = 512; n <= (args.quick ? 2048 : 16384); n *= 2) {
+        if (args.fits(n)) sizes.push_back(n);
+    }
+    const std::vector<Index> head_dims = {64, 128};
+    const std::vector<bool> masks = {true, false};
 
-// Arguments: {N, head_dim d, integral mode}; causal for the causal modes, none for global_mean.
-void BM_dint(benchmark::State& state) {
-    const Index n = state.range(0), d = state.range(1);
-    const auto integral = static_cast<diffattn::DintIntegral>(state.range(2));
-    const bool causal = integral != diffattn::DintIntegral::global_mean;
-    const Matrix q1 = random_matrix(n, d, 1), k1 = random_matrix(n, d, 2), q2 = random_matrix(n, d, 3),
-                 k2 = random_matrix(n, d, 4), v = random_matrix(n, 2 * d, 5);
-    Matrix out(n, 2 * d);
-    diffattn::AttentionWorkspace<float> ws(n, n, d, 2 * d);
-    run_and_report(state, 2 * map_flops(n, d, 2 * d, causal), [&] {
-        diffattn::dint_attention(q1, k1, q2, k2, v, 0.8f, integral, out, options_for(causal), nullptr, &ws);
-        benchmark::DoNotOptimize(out.data());
-    });
-}
+    // Threads 2 for the headline cases at N >= 1024: softmax d128 (and its GEMM), DIFF and every
+    // DINT mode at d64, each at its decoder mask (global_mean: none).
+    auto thread_counts = [](const Case& c) {
+        std::vector<int> t = {1};
+        const bool headline = (c.kind == Kind::softmax && c.d == 128) || (c.kind != Kind::softmax && c.d == 64);
+        const bool decoder_mask = c.causal || (c.kind == Kind::dint && c.integral == DintIntegral::global_mean) ||
+                                  c.kind == Kind::softmax;
+        if (headline && decoder_mask && c.n >= 1024) t.push_back(2);
+        return t;
+    };
 
-// The plain reference (materialised N x S maps), DINT causal_softmax: {N, head_dim}
-void BM_reference_dint(benchmark::State& state) {
-    const Index n = state.range(0), d = state.range(1);
-    const Matrix q1 = random_matrix(n, d, 1), k1 = random_matrix(n, d, 2), q2 = random_matrix(n, d, 3),
-                 k2 = random_matrix(n, d, 4), v = random_matrix(n, 2 * d, 5);
-    run_and_report(state, 2 * map_flops(n, d, 2 * d, true), [&] {
-        auto out = diffattn::reference::dint_attention(q1, k1, q2, k2, v, 0.8f,
-                                                       diffattn::DintIntegral::causal_softmax, options_for(true));
-        benchmark::DoNotOptimize(out.data());
-    });
-}
+    std::vector<Case> cases;
+    for (Index d : head_dims) {
+        for (bool causal : masks) {
+            for (Index n : sizes) {
+                Case c;
+                c.n = n;
+                c.d = d;
+                c.causal = causal;
+                c.kind = Kind::softmax;
+                cases.push_back(c);
+                c.kind = Kind::diff;
+                cases.push_back(c);
+                c.kind = Kind::dint;
+                for (DintIntegral integral :
+                     {DintIntegral::causal_softmax, DintIntegral::causal_mean, DintIntegral::global_mean}) {
+                    if (integral == DintIntegral::global_mean && causal) continue;  // needs mask none (SPEC 2.3)
+                    c.integral = integral;
+                    cases.push_back(c);
+                }
+            }
+        }
+    }
 
-// Eigen GEMM with the FLOPs of a softmax map {N, head_dim, causal}: the same-binary yardstick.
-void BM_gemm_equal_flops(benchmark::State& state) {
-    const double flops = map_flops(state.range(0), state.range(1), state.range(1), state.range(2) != 0);
-    const Index e = gemm_edge_for(flops);
-    const Matrix a = random_matrix(e, e, 1), b = random_matrix(e, e, 2);
-    Matrix c(e, e);
-    run_and_report(state, 2.0 * double(e) * double(e) * double(e), [&] {
-        c.noalias() = a * b;
-        benchmark::DoNotOptimize(c.data());
-    });
-}
-
-void sizes(benchmark::internal::Benchmark* b, std::initializer_list<int64_t> dims, std::initializer_list<int64_t> flags) {
-    for (int64_t n : {256, 1024, 4096})
-        for (int64_t d : dims)
-            for (int64_t f : flags) b->Args({n, d, f});
+    for (const Case& base : cases) {
+        for (int threads : thread_counts(base)) {
+            Case c = base;
+            c.threads = threads;
+            bench::add(args, c.name(c.family()), [c](benchmark::State& s) { run_kernel(s, c); });
+        }
+    }
+    // The plain reference (one thread) where its N x N maps fit; DINT in its default mode only.
+    for (const Case& c : cases) {
+        if (c.kind == Kind::dint && c.integral != DintIntegral::causal_softmax) continue;
+        if (c.reference_bytes() > kReferenceMaxBytes) continue;
+        bench::add(args, c.name("reference_" + c.family()), [c](benchmark::State& s) { run_reference(s, c); });
+    }
+    // The GEMM line: per (N, d, mask) with a softmax map's flops; 2 threads where softmax has them.
+    for (const Case& c : cases) {
+        if (c.kind != Kind::softmax) continue;
+        for (int threads : thread_counts(c)) {
+            Case g = c;
+            g.threads = threads;
+            bench::add(args, g.name("gemm"), [g](benchmark::State& s) { run_gemm(s, g); });
+        }
+    }
 }
 
 }  // namespace
 
-BENCHMARK(BM_softmax)->Apply([](auto* b) { sizes(b, {64, 128}, {0, 1}); })->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_gemm_equal_flops)->Apply([](auto* b) { sizes(b, {64, 128}, {0, 1}); })->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_diff)->Apply([](auto* b) { sizes(b, {64}, {0, 1}); })->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_dint)->Apply([](auto* b) { sizes(b, {64}, {0, 1, 2}); })->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_reference_dint)->Args({256, 64})->Args({1024, 64})->Unit(benchmark::kMillisecond);
-
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+    const bench::BenchArgs args = bench::BenchArgs::parse(argc, argv);
+    register_all(args);
+    return bench::run_main(argc, argv, args);
+}

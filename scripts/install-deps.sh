@@ -2,6 +2,8 @@
 # Makes sure the Debian 12 packages diffattn needs to build and test are installed.
 #   root:      installs the missing ones with apt-get
 #   not root:  prints the apt-get command to run and exits 1
+# Arguments: extra packages to check and install with the list below (scripts/bench.sh passes
+# python3 and python3-torch).
 # DIFFATTN_SKIP_DEPS=1 skips the check (other distributions, hand-made toolchains).
 set -euo pipefail
 
@@ -16,7 +18,11 @@ PACKAGES=(
   catch2              # tests (Catch2 v2)
   libbenchmark-dev    # bench/
   libomp-dev          # OpenMP for clang (g++ brings libgomp itself)
+  clang-14            # scripts/test-sanitizers.sh (asan, tsan presets), scripts/fuzz.sh (fuzz preset)
+  libclang-rt-14-dev  # clang 14's sanitizer runtimes and libFuzzer
 )
+
+PACKAGES+=("$@")
 
 if [[ "${DIFFATTN_SKIP_DEPS:-0}" == 1 ]]; then
   exit 0

@@ -1,0 +1,204 @@
+// Helpers shared by the Google Benchmark programs of bench/ (header-only, bench-local).
+//
+// - Random inputs, FLOP counts of an attention map.
+// - The same-binary yardstick: Eigen SGEMM on `threads` threads (Eigen's own threading is off in
+//   this build, EIGEN_DONT_PARALLELIZE, so T > 1 threads split C's rows into T panels with
+//   OpenMP, each an ordinary single-threaded Eigen product), and its rate for a square GEMM of a
+//   given FLOP count, measured once per (edge, threads) and cached (a mean over >= 0.2 s).
+// - run_and_report: times the benchmark loop with a wall clock and sets the GFLOPs / vs_gemm
+//   counters (wall time, so the figures stay right with several threads).
+// - BenchArgs: the program's own flags (--quick, --max-n=N), stripped before Google Benchmark
+//   sees the command line; benchmarks are registered at run time from them.
+#pragma once
+
+#include <diffattn/core/types.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace bench {
+
+using diffattn::Index;
+using Matrix = diffattn::RowMatrix<float>;
+using Clock = std::chrono::steady_clock;
+
+inline Matrix random_matrix(Index rows, Index cols, unsigned seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, scale);
+    Matrix m(rows, cols);
+    for (Index i = 0; i < m.size(); ++i) m.data()[i] = normal(rng);
+    return m;
+}
+
+inline double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+/// Useful flops of one attention map: QK^T (2 N S d) + PV (2 N S dv), S = N, causal counted half.
+inline double map_flops(Index n, Index head_dim, Index value_dim, bool causal) {
+    const double full = 2.0 * double(n) * double(n) * double(head_dim + value_dim);
+    return causal ? full / 2 : full;
+}
+
+/// c = a b with Eigen, on `threads` row panels (1: one plain Eigen product).
+inline void gemm(const Matrix& a, const Matrix& b, Matrix& c, int threads) {
+    if (threads <= 1) {
+        c.noalias() = a * b;
+        return;
+    }
+    const Index rows = a.rows();
+    const Index panel = (rows + threads - 1) / threads;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) schedule(static)
+#endif
+    for (int t = 0; t < threads; ++t) {
+        const Index r0 = std::min<Index>(rows, t * panel);
+        const Index r1 = std::min<Index>(rows, r0 + panel);
+        if (r1 > r0) c.middleRows(r0, r1 - r0).noalias() = a.middleRows(r0, r1 - r0) * b;
+    }
+}
+
+/// Square GEMM edge whose 2 e^3 flops best match `flops`.
+inline Index gemm_edge_for(double flops) {
+    return std::max<Index>(16, Index(std::lround(std::cbrt(flops / 2.0))));
+}
+
+/// GFLOP/s of Eigen SGEMM e x e x e on `threads` threads: the mean over at least 0.2 s of runs
+/// (at least 2) after a warm-up, the same statistic as Google Benchmark's figure for the kernel.
+/// Cached per (edge, threads) for the process.
+inline double gemm_rate_for_edge(Index e, int threads) {
+    static std::map<std::pair<Index, int>, double> cache;
+    const auto key = std::make_pair(e, threads);
+    const auto found = cache.find(key);
+    if (found != cache.end()) return found->second;
+    const Matrix a = random_matrix(e, e, 11), b = random_matrix(e, e, 12);
+    Matrix c(e, e);
+    gemm(a, b, c, threads);  // warm-up (page faults, thread team)
+    int runs = 0;
+    const auto start = Clock::now();
+    while (runs < 2 || (seconds_since(start) < 0.2 && runs < 1000)) {
+        gemm(a, b, c, threads);
+        benchmark::DoNotOptimize(c.data());
+        ++runs;
+    }
+    const double rate = 2.0 * double(e) * double(e) * double(e) * runs / seconds_since(start) / 1e9;
+    cache[key] = rate;
+    return rate;
+}
+
+/// The yardstick of a benchmark doing `flops` useful flops per iteration: Eigen SGEMM of equal
+/// flops (a square GEMM) on the same number of threads.
+inline double gemm_rate_equal_flops(double flops, int threads) {
+    return gemm_rate_for_edge(gemm_edge_for(flops), threads);
+}
+
+/// Runs `body` once per benchmark iteration and sets, from the wall time of the whole loop,
+///   GFLOPs   = flops_per_iteration * iterations / seconds / 1e9
+///   vs_gemm  = GFLOPs / (Eigen SGEMM rate of a square GEMM of equal flops, same threads)
+/// The GEMM is measured before the timed loop (once per size and thread count per process).
+/// Returns the wall seconds of the loop.
+template <typename Body>
+double run_and_report(benchmark::State& state, double flops_per_iteration, int threads, Body&& body) {
+    const double gemm_rate = gemm_rate_equal_flops(flops_per_iteration, threads);
+    const auto start = Clock::now();
+    for (auto _ : state) body();
+    const double seconds = seconds_since(start);
+    const double rate = flops_per_iteration * double(state.iterations()) / seconds / 1e9;
+    state.counters["GFLOPs"] = rate;
+    state.counters["vs_gemm"] = rate / gemm_rate;
+    state.counters["gemm_GFLOPs"] = gemm_rate;
+    return seconds;
+}
+
+/// The program's own flags, removed from argv before benchmark::Initialize.
+///   --quick       small sizes and short runs (the pipeline check; scripts/bench.sh --quick)
+///   --max-n=N     drop sizes above N (sequence length / context)
+struct BenchArgs {
+    bool quick = false;
+    long long max_n = 0;  // 0: no limit
+
+    bool fits(long long n) const { return max_n <= 0 || n <= max_n; }
+    /// Minimum time per benchmark: Google Benchmark's 0.5 s default, 0.05 s in quick mode.
+    double min_time() const { return quick ? 0.05 : 0.5; }
+
+    static BenchArgs parse(int& argc, char** argv) {
+        BenchArgs args;
+        int out = 1;
+        for (int i = 1; i < argc; ++i) {
+            const char* a = argv[i];
+            if (std::strcmp(a, "--quick") == 0) {
+                args.quick = true;
+            } else if (std::strncmp(a, "--max-n=", 8) == 0) {
+                args.max_n = std::atoll(a + 8);
+            } else {
+                argv[out++] = argv[i];
+            }
+        }
+        argc = out;
+        argv[argc] = nullptr;
+        return args;
+    }
+};
+
+/// "family/key:value/key:value" benchmark names (tools/bench_json.py parses them).
+class Name {
+public:
+    explicit Name(std::string family) : text_(std::move(family)) {}
+    template <typename V>
+    Name& operator()(const char* key, const V& value) {
+        std::ostringstream s;
+        s << '/' << key << ':' << value;
+        text_ += s.str();
+        return *this;
+    }
+    Name& operator()(const std::string& part) {
+        text_ += '/' + part;
+        return *this;
+    }
+    const std::string& str() const { return text_; }
+
+private:
+    std::string text_;
+};
+
+/// Registers `fn` under `name`, wall-clock timed, in `unit`; --quick sets a short minimum time
+/// (Google Benchmark then appends "/min_time:0.050" to the name; tools/bench_json.py drops it).
+template <typename Fn>
+benchmark::internal::Benchmark* add(const BenchArgs& args, const Name& name, Fn&& fn,
+                                    benchmark::TimeUnit unit = benchmark::kMillisecond) {
+    benchmark::internal::Benchmark* b =
+        benchmark::RegisterBenchmark(name.str().c_str(), std::forward<Fn>(fn))->UseRealTime()->Unit(unit);
+    if (args.quick) b->MinTime(args.min_time());
+    return b;
+}
+
+/// Initialises Google Benchmark with the remaining flags, runs, shuts down. Returns main's code.
+inline int run_main(int argc, char** argv, const BenchArgs& args) {
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::AddCustomContext("diffattn_mode", args.quick ? "quick" : "full");
+#ifdef _OPENMP
+    benchmark::AddCustomContext("diffattn_openmp_max_threads", std::to_string(omp_get_max_threads()));
+#else
+    benchmark::AddCustomContext("diffattn_openmp_max_threads", "0 (no OpenMP)");
+#endif
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}
+
+}  // namespace bench

@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Prints the ratios the performance issue asks about, all from one (merged) benchmark JSON.
+
+  python3 tools/bench_summary.py docs/bench/latest.json [--markdown]
+
+Every figure is computed from entries of the same run (docs/benchmarks.md says how to read them):
+  kernels   softmax d128 GFLOP/s over Eigen GEMM of equal flops, 1 and 2 threads (vs_gemm);
+            DIFF's time per useful flop over softmax d128's; DINT / DIFF time per mode;
+            2 threads / 1 thread speed-ups; the tiled kernels against the plain reference
+  layers    Shared DIFF's factored q/k projection time over DIFF's dense one, per rank r
+  model     forward tokens/s, 1 and 2 threads; the model's matrix products' rate over Eigen GEMM
+            and their share of the forward time
+  decode    tokens/s with the KV cache and by recompute
+  memory    peak extra heap of the long-context DINT forward against the 16 MB target
+Missing entries (a filtered or quick run) print as "-". Nothing is asserted: the exit code is 0
+whatever the figures are.
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_json  # noqa: E402
+
+
+class Table:
+    def __init__(self, title, columns, note=""):
+        self.title, self.columns, self.note, self.rows = title, columns, note, []
+
+    def add(self, label, values):
+        """A row; rows with no figure at all (a filtered or quick run) are left out."""
+        if any(v is not None for v in values):
+            self.rows.append((label, values))
+
+    def render(self, markdown=False):
+        if not self.rows:
+            return ""
+        cells = [[label] + [("-" if v is None else v) for v in values] for label, values in self.rows]
+        header = [""] + [str(c) for c in self.columns]
+        lines = []
+        if markdown:
+            lines.append("**%s**%s" % (self.title, (" " + self.note) if self.note else ""))
+            lines.append("")
+            lines.append("| " + " | ".join(header) + " |")
+            lines.append("|" + "|".join(["---"] + ["---:"] * len(self.columns)) + "|")
+            for row in cells:
+                lines.append("| " + " | ".join(row) + " |")
+        else:
+            widths = [max(len(str(r[i])) for r in cells + [header]) for i in range(len(header))]
+            lines.append(self.title + (("  (" + self.note + ")") if self.note else ""))
+            lines.append("  " + "  ".join(str(h).rjust(w) if i else str(h).ljust(w) for i, (h, w) in enumerate(zip(header, widths))))
+            for row in cells:
+                lines.append("  " + "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        return "\n".join(lines) + "\n"
+
+
+def f2(x):
+    return None if x is None else "%.2f" % x
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def kernel_sections(records):
+    tables = []
+    kernel_n = sorted({r.params["N"] for r in records
+                       if r.family in ("softmax", "diff", "gemm") and "N" in r.params})
+    if not kernel_n:
+        return tables
+
+    def get(family, n, d, mask, threads=1, field="GFLOPs"):
+        r = bench_json.find(records, family, N=n, d=d, mask=mask, threads=threads)
+        if r is None:
+            return None
+        return r.seconds if field == "seconds" else r.get(field)
+
+    cols = ["N=%d" % n for n in kernel_n]
+
+    t = Table("softmax vs Eigen GEMM (vs_gemm)", cols,
+              "GFLOP/s over a square Eigen SGEMM of equal flops on the same threads; useful flops QK^T + PV, "
+              "causal counted half; the issue's target concerns N >= 1024")
+    for mask in ("causal", "none"):
+        for threads in (1, 2):
+            t.add("softmax d128 %s, %d thr" % (mask, threads), [f2(get("softmax", n, 128, mask, threads, "vs_gemm")) for n in kernel_n])
+    for mask in ("causal", "none"):
+        t.add("  (softmax d64 %s, 1 thr)" % mask, [f2(get("softmax", n, 64, mask, 1, "vs_gemm")) for n in kernel_n])
+    for mask in ("causal", "none"):
+        t.add("  (softmax d128 %s GFLOP/s, 1 thr)" % mask, ["%.1f" % g if g else None for g in (get("softmax", n, 128, mask) for n in kernel_n)])
+        t.add("  (GEMM GFLOP/s, 1 thr)", ["%.1f" % g if g else None for g in (get("gemm", n, 128, mask) for n in kernel_n)])
+    tables.append(t)
+
+    t = Table("DIFF time per useful flop / softmax d128's", cols,
+              "= softmax d128 GFLOP/s / DIFF GFLOP/s, same N and mask; > 1: DIFF slower per flop. "
+              "DIFF d = 64 is the head a softmax d = 128 model of equal width has")
+    for d in (64, 128):
+        for mask in ("causal", "none"):
+            t.add("DIFF d%d / softmax d128, %s" % (d, mask),
+                  [f2(ratio(get("softmax", n, 128, mask), get("diff", n, d, mask))) for n in kernel_n])
+    tables.append(t)
+
+    t = Table("DINT time / DIFF time", cols, "same N, d, mask, 1 thread; > 1: DINT slower")
+    for d in (64, 128):
+        for mode, mask in (("causal_mean", "causal"), ("global_mean", "none"), ("causal_softmax", "causal"),
+                           ("causal_mean", "none"), ("causal_softmax", "none")):
+            t.add("DINT %s / DIFF, d%d %s" % (mode, d, mask),
+                  [f2(ratio(get("dint_" + mode, n, d, mask, field="seconds"), get("diff", n, d, mask, field="seconds")))
+                   for n in kernel_n])
+    tables.append(t)
+
+    t = Table("2 threads vs 1 thread", cols, "time(1 thread) / time(2 threads); ideal 2.00")
+    for family, d, mask in (("softmax", 128, "causal"), ("softmax", 128, "none"), ("diff", 64, "causal"),
+                            ("dint_causal_softmax", 64, "causal"), ("dint_causal_mean", 64, "causal"),
+                            ("dint_global_mean", 64, "none"), ("gemm", 128, "causal")):
+        t.add("%s d%d %s" % (family, d, mask),
+              [f2(ratio(get(family, n, d, mask, 1, "seconds"), get(family, n, d, mask, 2, "seconds"))) for n in kernel_n])
+    tables.append(t)
+
+    t = Table("tiled kernel vs plain reference", cols, "time(reference) / time(kernel), 1 thread; reference only where its N x N maps fit")
+    for family in ("softmax", "diff", "dint_causal_softmax"):
+        for d in (64, 128):
+            t.add("%s d%d causal" % (family, d),
+                  [f2(ratio(get("reference_" + family, n, d, "causal", field="seconds"), get(family, n, d, "causal", field="seconds")))
+                   for n in kernel_n])
+    tables.append(t)
+    return tables
+
+
+def projection_section(records):
+    diff = [r for r in records if r.family == "proj_diff"]
+    shared = sorted((r for r in records if r.family == "proj_shared_diff"), key=lambda r: r.params.get("r", 0))
+    if not diff and not shared:
+        return []
+    t = Table("Shared DIFF factored q/k projection vs DIFF's dense one", ["r", "d/2", "time ratio", "ms", "DIFF ms"],
+              "time(Shared DIFF, factored) / time(DIFF, X Wq^T and X Wk^T); < 1: factored faster")
+    for r in shared:
+        p = r.params
+        base = bench_json.find(diff, "proj_diff", N=p.get("N"), D=p.get("D"), H=p.get("H"))
+        d = p["D"] // p["H"] // 2 if "D" in p and "H" in p else None
+        t.add("N %s, D %s, H %s" % (p.get("N"), p.get("D"), p.get("H")),
+              [str(p.get("r")), str(d // 2) if d else None, f2(ratio(r.seconds, base.seconds if base else None)),
+               "%.2f" % (r.seconds * 1e3), "%.2f" % (base.seconds * 1e3) if base else None])
+    return [t]
+
+
+def model_section(records):
+    tables = []
+    fwd = [r for r in records if r.family == "model_forward"]
+    if fwd:
+        keys = sorted({(r.params["config"], r.params["kind"], r.params["N"]) for r in fwd},
+                      key=lambda k: (k[0] != "small", k[2], k[1]))
+        t = Table("Model forward", ["tok/s 1 thr", "tok/s 2 thr", "2thr/1thr", "GFLOP/s", "vs_gemm",
+                                    "matmuls vs_gemm", "matmul share"],
+                  "matmuls: every product of one forward run alone through the same library calls "
+                  "(the model has no timing hook); share = their time / the forward's time, 1 thread")
+        for config, kind, n in keys:
+            one = bench_json.find(fwd, "model_forward", config=config, kind=kind, N=n, threads=1)
+            two = bench_json.find(fwd, "model_forward", config=config, kind=kind, N=n, threads=2)
+            mm = bench_json.find(records, "model_matmuls", config=config, kind=kind, N=n, threads=1)
+            t1 = one.get("tokens/s") if one else None
+            t2 = two.get("tokens/s") if two else None
+            t.add("%s %s N %d" % (config, kind, n),
+                  ["%.0f" % t1 if t1 else None, "%.0f" % t2 if t2 else None, f2(ratio(t2, t1)),
+                   "%.1f" % one.get("GFLOPs") if one else None, f2(one.get("vs_gemm")) if one else None,
+                   f2(mm.get("vs_gemm")) if mm else None,
+                   "%.0f%%" % (100 * mm.seconds / one.seconds) if mm and one else None])
+        tables.append(t)
+    layers = [r for r in records if r.family in ("attention", "layer")]
+    if layers:
+        keys = sorted({(r.family, r.params["config"], r.params["kind"], r.params["N"]) for r in layers},
+                      key=lambda k: (k[0], k[1] != "small", k[3], k[2]))
+        t = Table("Attention module / decoder layer", ["tok/s 1 thr", "tok/s 2 thr", "2thr/1thr", "GFLOP/s 1 thr"])
+        for family, config, kind, n in keys:
+            one = bench_json.find(layers, family, config=config, kind=kind, N=n, threads=1)
+            two = bench_json.find(layers, family, config=config, kind=kind, N=n, threads=2)
+            t1 = one.get("tokens/s") if one else None
+            t2 = two.get("tokens/s") if two else None
+            t.add("%s %s %s N %d" % (family, config, kind, n),
+                  ["%.0f" % t1 if t1 else None, "%.0f" % t2 if t2 else None, f2(ratio(t2, t1)),
+                   "%.1f" % one.get("GFLOPs") if one else None])
+        tables.append(t)
+    return tables
+
+
+def decode_section(records):
+    dec = [r for r in records if r.family in ("decode_cached", "decode_recompute")]
+    if not dec:
+        return []
+    keys = sorted({(r.params["kind"], r.params["context"], r.params["threads"]) for r in dec})
+    t = Table("Decode (small model)", ["cached tok/s", "recompute tok/s", "cache speed-up"])
+    for kind, context, threads in keys:
+        c = bench_json.find(dec, "decode_cached", kind=kind, context=context, threads=threads)
+        r = bench_json.find(dec, "decode_recompute", kind=kind, context=context, threads=threads)
+        tc = c.get("tokens/s") if c else None
+        tr = r.get("tokens/s") if r else None
+        t.add("%s context %d, %d thr" % (kind, context, threads),
+              ["%.1f" % tc if tc else None, "%.2f" % tr if tr else None, "%.0fx" % ratio(tc, tr) if tc and tr else None])
+    return [t]
+
+
+def memory_section(records):
+    mem = [r for r in records if r.family == "memory"]
+    if not mem:
+        return []
+    mb = 1024.0 * 1024.0
+    t = Table("Peak extra memory, one-head DINT forward", ["N", "d", "peak extra heap", "maxrss delta", "target", "s"],
+              "beyond inputs and outputs; the target (< 16 MB) is stated for N = 65536")
+    for r in mem:
+        p = r.params
+        name = r.name.split("/")[1] if "/" in r.name else r.name
+        peak = r.get("peak_extra_heap_bytes")
+        t.add("%s (%s, %s thr)" % (name, p.get("mask"), p.get("threads")),
+              [str(p.get("N")), str(p.get("d")), "%.3f MB" % (peak / mb) if peak is not None else None,
+               "%.3f MB" % (r.get("maxrss_delta_bytes", 0) / mb),
+               ("< %.0f MB: %s" % (r.get("limit_bytes", 0) / mb, "yes" if r.get("within_limit") else "NO")),
+               "%.2f" % r.seconds if r.seconds is not None else None])
+    return [t]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("inputs", nargs="+", help="benchmark JSON file(s), e.g. docs/bench/latest.json")
+    parser.add_argument("--markdown", action="store_true", help="Markdown tables")
+    args = parser.parse_args(argv)
+    records = bench_json.load(args.inputs)
+    if not records:
+        print("bench_summary: no benchmark entries in %s" % ", ".join(args.inputs))
+        return 0
+    ctx = bench_json.context(args.inputs[0])
+    head = "diffattn benchmark summary: %s, %s CPUs, %s run" % (
+        str(ctx.get("date", "?"))[:19], ctx.get("num_cpus", "?"), ctx.get("diffattn_mode", "?"))
+    if ctx.get("load_avg"):
+        head += ", load avg %s" % ", ".join("%.1f" % x for x in ctx["load_avg"])
+    print(head)
+    print()
+    for table in (kernel_sections(records) + projection_section(records) + model_section(records)
+                  + decode_section(records) + memory_section(records)):
+        text = table.render(args.markdown)
+        if text:
+            print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
