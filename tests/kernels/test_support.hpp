@@ -24,6 +24,8 @@
 #include "diffattn/kernels/options.hpp"
 #include "diffattn/kernels/reference.hpp"
 
+#include "../kernel_instances.hpp"  // the fast kernels, instantiated once (diffattn_test_support)
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -404,3 +406,51 @@ inline const char* integral_name(DintIntegral integral) {
 }
 
 }  // namespace diffattn::test
+
+// ---------------------------------------------------------------------------------------------
+// Instantiated once for the whole test_kernels executable, in support_instances.cpp (library
+// test_kernels_support): the plain reference in float, double and long double (the oracle type of
+// double) and the heavier helpers above. Every other TU of the executable sees these `extern
+// template` declarations (DIFFATTN_TEST_SUPPORT_KERNELS is a usage requirement of that library)
+// and only calls the shared copy, which saves compiling the same Eigen code (long double GEMMs
+// above all) in each TU. TUs outside test_kernels (test_kernels_nomalloc) instantiate them as usual.
+// ---------------------------------------------------------------------------------------------
+
+/// The plain reference (include/diffattn/kernels/reference.hpp) in T, declared (PREFIX = extern)
+/// or defined (PREFIX empty).
+#define DIFFATTN_TEST_REFERENCE_INSTANCES(PREFIX, T)                                                               \
+    PREFIX template decltype(diffattn::reference::mask_logits<T>) diffattn::reference::mask_logits<T>;             \
+    PREFIX template decltype(diffattn::reference::masked_softmax<T>) diffattn::reference::masked_softmax<T>;       \
+    PREFIX template decltype(diffattn::reference::masked_logits<T>) diffattn::reference::masked_logits<T>;         \
+    PREFIX template decltype(diffattn::reference::attention_map<T>) diffattn::reference::attention_map<T>;         \
+    PREFIX template decltype(diffattn::reference::softmax_attention_maps<T>)                                       \
+        diffattn::reference::softmax_attention_maps<T>;                                                           \
+    PREFIX template decltype(diffattn::reference::softmax_attention<T>) diffattn::reference::softmax_attention<T>; \
+    PREFIX template decltype(diffattn::reference::diff_attention_maps<T>) diffattn::reference::diff_attention_maps<T>; \
+    PREFIX template decltype(diffattn::reference::diff_attention<T>) diffattn::reference::diff_attention<T>;       \
+    PREFIX template decltype(diffattn::reference::dint_history<T>) diffattn::reference::dint_history<T>;           \
+    PREFIX template decltype(diffattn::reference::dint_attention_maps<T>) diffattn::reference::dint_attention_maps<T>; \
+    PREFIX template decltype(diffattn::reference::dint_attention<T>) diffattn::reference::dint_attention<T>;
+
+/// The helpers above for a kernel in T (oracle scalar W = Wide<T>).
+#define DIFFATTN_TEST_HELPER_INSTANCES(PREFIX, T, W)                                                               \
+    PREFIX template decltype(diffattn::test::random_matrix<T>) diffattn::test::random_matrix<T>;                   \
+    PREFIX template decltype(diffattn::test::random_diff_inputs<T>) diffattn::test::random_diff_inputs<T>;         \
+    PREFIX template diffattn::test::DiffInputs<W> diffattn::test::DiffInputs<T>::cast<W>() const;                 \
+    PREFIX template decltype(diffattn::test::reference_history<T>) diffattn::test::reference_history<T>;           \
+    PREFIX template decltype(diffattn::test::cast_history<T, W>) diffattn::test::cast_history<T, W>;               \
+    PREFIX template decltype(diffattn::test::cast_history<W, T>) diffattn::test::cast_history<W, T>;               \
+    PREFIX template decltype(diffattn::test::max_abs_diff<diffattn::RowMatrix<T>, diffattn::RowMatrix<T>>)         \
+        diffattn::test::max_abs_diff<diffattn::RowMatrix<T>, diffattn::RowMatrix<T>>;                              \
+    PREFIX template decltype(diffattn::test::max_abs_diff<diffattn::RowMatrix<T>, diffattn::RowMatrix<W>>)         \
+        diffattn::test::max_abs_diff<diffattn::RowMatrix<T>, diffattn::RowMatrix<W>>;                              \
+    PREFIX template decltype(diffattn::test::check_spec7<T, diffattn::RowMatrix<T>, diffattn::RowMatrix<W>>)       \
+        diffattn::test::check_spec7<T, diffattn::RowMatrix<T>, diffattn::RowMatrix<W>>;
+
+#if defined(DIFFATTN_TEST_SUPPORT_KERNELS)
+DIFFATTN_TEST_REFERENCE_INSTANCES(extern, float)
+DIFFATTN_TEST_REFERENCE_INSTANCES(extern, double)
+DIFFATTN_TEST_REFERENCE_INSTANCES(extern, long double)
+DIFFATTN_TEST_HELPER_INSTANCES(extern, float, double)
+DIFFATTN_TEST_HELPER_INSTANCES(extern, double, long double)
+#endif

@@ -2,6 +2,8 @@
 // (tools/torch_reference.py; files described in tests/data/kernels/README.md).
 #include <diffattn/diffattn.hpp>
 
+#include "../kernel_instances.hpp"  // the fast kernels, instantiated once (diffattn_test_support)
+
 #include <catch2/catch.hpp>
 
 #include <iostream>

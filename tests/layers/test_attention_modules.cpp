@@ -6,6 +6,8 @@
 
 #include "diffattn/layers/multi_head_attention.hpp"
 
+#include "../kernel_instances.hpp"  // the fast kernels, instantiated once (diffattn_test_support)
+
 #include <catch2/catch.hpp>
 
 #include <limits>

@@ -6,6 +6,8 @@
 #include "diffattn/model/config_json.hpp"
 #include "diffattn/model/decoder_model.hpp"
 
+#include "../kernel_instances.hpp"  // the fast kernels, instantiated once (diffattn_test_support)
+
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
@@ -89,3 +91,30 @@ inline std::vector<std::filesystem::path> golden_model_dirs() {
 }
 
 }  // namespace model_test
+
+// ---------------------------------------------------------------------------------------------
+// Instantiated once for the whole test_model executable, in support_instances.cpp (library
+// test_model_support): the model's class templates in float and double, every member. Every TU
+// of test_model sees these `extern template` declarations (DIFFATTN_TEST_SUPPORT_MODEL is a usage
+// requirement of that library), so the members it calls that are not inlined are compiled once
+// instead of once per TU. Executables that do not link the library (the *_nomalloc ones, other
+// folders' tests including this header) instantiate them as usual.
+// ---------------------------------------------------------------------------------------------
+#define DIFFATTN_TEST_MODEL_INSTANCES(PREFIX, T)                                      \
+    PREFIX template class diffattn::DecoderModel<T>;                                 \
+    PREFIX template struct diffattn::DecoderLayer<T>;                                \
+    PREFIX template struct diffattn::ForwardState<T>;                                \
+    PREFIX template class diffattn::KvCache<T>;                                      \
+    PREFIX template class diffattn::MultiHeadAttention<T>;                           \
+    PREFIX template struct diffattn::SwiGlu<T>;                                      \
+    PREFIX template struct diffattn::RmsNorm<T>;                                     \
+    PREFIX template class diffattn::RotaryTable<T>;                                  \
+    PREFIX template class diffattn::ParameterList<T>;                                \
+    PREFIX template struct diffattn::SharedDiffFactors<T>;                           \
+    PREFIX template decltype(diffattn::linear<T>) diffattn::linear<T>;               \
+    PREFIX template decltype(model_test::tensors_of<T>) model_test::tensors_of<T>;
+
+#if defined(DIFFATTN_TEST_SUPPORT_MODEL)
+DIFFATTN_TEST_MODEL_INSTANCES(extern, float)
+DIFFATTN_TEST_MODEL_INSTANCES(extern, double)
+#endif

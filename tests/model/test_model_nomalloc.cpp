@@ -1,0 +1,100 @@
+// Built alone with EIGEN_RUNTIME_NO_MALLOC (one TU for both cases below, so the model templates
+// are compiled once for the no-malloc build):
+//  - once a ForwardState exists, a model forward of every attention kind allocates nothing through
+//    Eigen (all activations and kernel workspaces live in the state, sized once for max_len);
+//  - with a KvCache and a ForwardState made (and the state used once with a cache of this length,
+//    which sizes its kernel workspaces for the context), prefill and decode of every attention kind
+//    and DINT mode allocate nothing through Eigen.
+#include "../no_malloc_guard.hpp"  // first: routes eigen_assert to a counter
+#include "diffattn/model/decoder_model.hpp"
+#include "diffattn/model/kv_cache.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+using namespace diffattn;
+
+using diffattn_nomalloc::without_malloc;
+
+namespace {
+
+/// A small model of `kind`: 2 layers, 4 heads of map width 6, vocabulary 64.
+ModelConfig small_config(AttentionKind kind, DintIntegral integral = DintIntegral::causal_softmax) {
+    ModelConfig c;
+    c.attention = kind;
+    c.dint_integral = integral;
+    c.hidden_size = 32;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = kind == AttentionKind::shared_diff ? 4 : 2;
+    c.num_hidden_layers = 2;
+    c.intermediate_size = 48;
+    c.vocab_size = 64;
+    c.shared_diff_rank = 2;
+    c.head_dim = 6;
+    return c;
+}
+
+std::vector<Token> test_tokens(Token count) {
+    std::vector<Token> tokens;
+    for (Token t = 0; t < count; ++t) tokens.push_back((7 * t + 3) % 64);
+    return tokens;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("model forward allocates nothing after the state is made", "[model][nomalloc]", float, double) {
+    using T = TestType;
+    for (AttentionKind kind : {AttentionKind::softmax, AttentionKind::diff, AttentionKind::dint,
+                               AttentionKind::shared_diff, AttentionKind::diff_v2}) {
+        for (bool merged : {false, true}) {
+            if (merged && kind != AttentionKind::shared_diff) continue;
+            INFO(to_string(kind) << (merged ? " merged" : ""));
+            DecoderModel<T> model = DecoderModel<T>::seeded(small_config(kind), 1);
+            if (merged) model.merge_shared_diff();
+            std::vector<Token> tokens = test_tokens(40);
+            ForwardState<T> state = model.make_state(70, 2);
+            RowMatrix<T> logits(40, 64);
+            RowMatrix<T> expected = model.logits(tokens);
+            CHECK(without_malloc([&] {
+                model.forward(tokens, state, logits);
+                tokens.resize(20);
+                model.forward(tokens, state, logits.topRows(20));  // shorter call, same state
+            }) == 0);
+            CHECK((logits.topRows(20) - expected.topRows(20)).cwiseAbs().maxCoeff() < 1e-5);
+        }
+    }
+}
+
+TEMPLATE_TEST_CASE("cached prefill and decode allocate nothing", "[model][kv_cache][nomalloc]", float, double) {
+    using T = TestType;
+    struct Case {
+        AttentionKind kind;
+        DintIntegral integral;
+    };
+    for (const Case& k : {Case{AttentionKind::softmax, DintIntegral::causal_softmax},
+                          Case{AttentionKind::diff, DintIntegral::causal_softmax},
+                          Case{AttentionKind::dint, DintIntegral::causal_softmax},
+                          Case{AttentionKind::dint, DintIntegral::causal_mean},
+                          Case{AttentionKind::shared_diff, DintIntegral::causal_softmax},
+                          Case{AttentionKind::diff_v2, DintIntegral::causal_softmax}}) {
+        INFO(to_string(k.kind) << " " << to_string(k.integral));
+        const DecoderModel<T> model = DecoderModel<T>::seeded(small_config(k.kind, k.integral), 1);
+        const std::vector<Token> prompt = test_tokens(20);
+        const std::vector<Token> next = {5};
+        KvCache<T> cache = model.make_cache(200);  // decoding goes past one key tile (128)
+        // Two threads (two kernel workspaces) for DINT, whose column sums need the context-long
+        // workspace; one elsewhere (a parallel region per layer and token is slow on a busy machine).
+        ForwardState<T> state = model.make_state(20, k.kind == AttentionKind::dint ? 2 : 1);
+        RowMatrix<T> logits(20, 64);
+        model.forward(prompt, state, logits, &cache);  // first use: sizes the workspaces for 200 keys
+        cache.reset();
+        CHECK(without_malloc([&] {
+            model.forward(prompt, state, logits, &cache);                            // prefill
+            for (int i = 0; i < 120; ++i) model.forward(next, state, logits.topRows(1), &cache);  // decode to 140 keys
+            cache.reset();
+            model.forward(prompt, state, logits, &cache);  // reuse
+        }) == 0);
+        CHECK(cache.length() == 20);
+    }
+}
