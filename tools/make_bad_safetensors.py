@@ -164,6 +164,8 @@ def bad_files() -> dict:
     files["shape_overflow.safetensors"] = single(shape=(2**32, 2**32, 2), offsets=(0, 8))
     # 2^62 elements fit, 2^62 * 4 bytes do not.
     files["shape_bytes_overflow.safetensors"] = single(shape=(2**62,), offsets=(0, 8))
+    # 1025 dimensions: more than the reader's 1024-element limit on header arrays.
+    files["shape_rank_too_large.safetensors"] = single(shape=(1,) * 1025, offsets=(0, 4), data=b"\0" * 4)
     # A dimension past 2^63 - 1 (the count is 0 because of the other dimension).
     files["shape_dim_too_large.safetensors"] = single(shape=(2**63, 0), offsets=(0, 0), data=b"")
     # data_offsets.

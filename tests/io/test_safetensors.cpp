@@ -18,6 +18,9 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 namespace fs = std::filesystem;
 using diffattn::Index;
 using diffattn::RowMatrix;
@@ -517,6 +520,7 @@ TEST_CASE("safetensors: every crafted bad file is a FileError naming the file an
         {"shape_float.safetensors", {"tensor \"w\"", "shape element 0 is 2.0"}},
         {"shape_overflow.safetensors", {"tensor \"w\"", "[4294967296, 4294967296, 2]", "overflow"}},
         {"shape_bytes_overflow.safetensors", {"tensor \"w\"", "bytes", "overflow"}},
+        {"shape_rank_too_large.safetensors", {"array of more than 1024 elements"}},
         {"shape_dim_too_large.safetensors", {"tensor \"w\"", "9223372036854775808", "overflow"}},
         {"offsets_not_array.safetensors", {"tensor \"w\"", "data_offsets is 8"}},
         {"offsets_three_values.safetensors", {"tensor \"w\"", "data_offsets is [0,8,8]"}},
@@ -548,4 +552,151 @@ TEST_CASE("safetensors: every crafted bad file is a FileError naming the file an
         if (on_disk.count(name) == 0) continue;
         require_file_error(bad / name, fragments);
     }
+}
+
+// ---- Hostile paths and size claims ----------------------------------------------------------
+// Every case is a FileError naming the file and the problem, and nothing is allocated from a
+// claim that has not been checked against the real file: the reader takes the 8-byte length, then
+// the header (once its length is checked), then the data (once every entry and the layout are
+// valid). The sparse files below are 64 GiB long but occupy a few bytes on disk; reading one
+// whole, as a reader that trusts the file size would, fails (more than this machine's memory;
+// under AddressSanitizer, past its allocation limit), so these tests also bound the memory used.
+
+namespace {
+
+constexpr std::uint64_t kSparseSize = std::uint64_t{1} << 36;  // 64 GiB
+
+/// Writes `head` and extends the file (sparse, with zeros) to `size` bytes.
+void write_sparse(const fs::path& path, const Bytes& head, std::uint64_t size) {
+    write_bytes(path, head);
+    fs::resize_file(path, size);
+    REQUIRE(fs::file_size(path) == size);
+}
+
+/// True when `path` cannot be opened for reading by this process, whoever it runs as.
+bool open_fails(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return !in.is_open();
+}
+
+}  // namespace
+
+TEST_CASE("safetensors: paths that are not readable regular files are FileErrors", "[io][safetensors][hostile]") {
+    TempDir dir;
+    const fs::path regular = dir.path / "regular.safetensors";
+    diffattn::write_safetensors(regular, {});
+
+    SECTION("a path through a regular file (ENOTDIR)") {
+        require_file_error(regular / "x.safetensors", {"no such file", "Not a directory"});
+    }
+    SECTION("a dangling symbolic link, and a link to a directory") {
+        fs::create_symlink(dir.path / "absent", dir.path / "dangling.safetensors");
+        require_file_error(dir.path / "dangling.safetensors", {"no such file"});
+        fs::create_directory(dir.path / "sub");
+        fs::create_symlink(dir.path / "sub", dir.path / "link.safetensors");
+        require_file_error(dir.path / "link.safetensors", {"is a directory"});
+    }
+    SECTION("a FIFO is refused before it is opened (opening one would block)") {
+        const fs::path fifo = dir.path / "pipe.safetensors";
+        REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+        require_file_error(fifo, {"not a regular file", "FIFO"});
+    }
+    SECTION("a character device") {
+        if (fs::exists("/dev/zero")) {
+            const std::string message = error_message<diffattn::FileError>([] { SafetensorsFile("/dev/zero"); });
+            CHECK(message.find("/dev/zero") != std::string::npos);
+            CHECK(message.find("character device") != std::string::npos);
+        }
+    }
+    SECTION("a regular file this process may not read") {
+        // chmod 000 does not stop root (CAP_DAC_OVERRIDE). As root, use a file the kernel refuses
+        // to let even root read: a write-only sysctl (procfs checks its mode bits for root too).
+        fs::path unreadable;
+        if (::geteuid() != 0) {
+            unreadable = dir.path / "mode_000.safetensors";
+            diffattn::write_safetensors(unreadable, {});
+            fs::permissions(unreadable, fs::perms::none);
+        } else {
+            for (const char* candidate : {"/proc/sys/vm/drop_caches", "/proc/sys/vm/compact_memory"}) {
+                std::error_code error;
+                if (fs::is_regular_file(candidate, error) && open_fails(candidate)) {
+                    unreadable = candidate;
+                    break;
+                }
+            }
+        }
+        if (unreadable.empty()) {
+            WARN("skipped: running as root and no root-unreadable file found (/proc/sys/vm/drop_caches)");
+        } else {
+            INFO("unreadable file: " << unreadable.string());
+            REQUIRE(open_fails(unreadable));
+            require_file_error(unreadable, {"cannot open the file for reading", "Permission denied"});
+        }
+    }
+}
+
+TEST_CASE("safetensors: size claims are checked before they size any allocation", "[io][safetensors][hostile]") {
+    TempDir dir;
+    const fs::path path = dir.path / "sparse.safetensors";
+
+    SECTION("a header length near 2^64 in a 64 GiB file") {
+        Bytes head;
+        append_le(head, ~std::uint64_t{0} - 7, 8);
+        write_sparse(path, head, kSparseSize);
+        require_file_error(path, {"header length 18446744073709551608", "exceeds the limit of 100000000"});
+    }
+    SECTION("a header length just above the limit in a 64 GiB file") {
+        Bytes head;
+        append_le(head, SafetensorsFile::max_header_bytes + 1, 8);
+        write_sparse(path, head, kSparseSize);
+        require_file_error(path, {"header length 100000001", "exceeds the limit"});
+    }
+    SECTION("a header length larger than the file") {
+        Bytes head;
+        append_le(head, 4096, 8);
+        head.push_back('{');
+        write_sparse(path, head, 1000);
+        require_file_error(path, {"header length 4096", "larger than the 992 bytes"});
+    }
+    SECTION("a valid header and 64 GiB of data that belong to no tensor: the data is never read") {
+        write_sparse(path, make_file("{}      ", {}), kSparseSize);
+        require_file_error(path, {"before the end of file belong to no tensor"});
+    }
+    SECTION("a tensor whose declared bytes run past the end of a 64 GiB file") {
+        // [2^34] F32 = 2^36 bytes; the data section is 2^36 - 16 - header bytes.
+        const std::string header = R"({"w":{"dtype":"F32","shape":[17179869184],"data_offsets":[0,68719476736]}})";
+        write_sparse(path, make_file(header, {}), kSparseSize);
+        require_file_error(path, {"tensor \"w\"", "run past the end of file"});
+    }
+    SECTION("overlapping tensors at offsets near the end of a 64 GiB file") {
+        const std::string header =
+            R"({"a":{"dtype":"F64","shape":[4294967296],"data_offsets":[0,34359738368]},)"
+            R"("b":{"dtype":"F64","shape":[4294967296],"data_offsets":[34359738360,68719476728]}})";
+        write_sparse(path, make_file(header, {}), 8 + header.size() + 68719476728ULL);
+        require_file_error(path, {"\"a\" [0, 34359738368]", "\"b\" [34359738360, 68719476728]", "overlap"});
+    }
+    SECTION("a shape whose element count passes 64 bits") {
+        const std::string header = R"({"w":{"dtype":"BF16","shape":[65536,65536,65536,65536,2],"data_offsets":[0,0]}})";
+        write_bytes(path, make_file(header, {}));
+        require_file_error(path, {"tensor \"w\"", "overflow"});
+    }
+}
+
+TEST_CASE("safetensors: a header of many tensors is read in linear time", "[io][safetensors][hostile]") {
+    // 100,000 zero-size tensors (a 6.4 MB header). nlohmann's callback parser, used before, rescanned
+    // the top-level object after every entry: quadratic, minutes for 20,000 entries, so hours for
+    // this file, which ctest's hang guard (TIMEOUT) then fails. Read linearly it takes about a
+    // second. No clock here: speed is for the benchmarks, this test only has to finish.
+    constexpr int count = 100000;
+    std::string header = "{";
+    for (int i = 0; i < count; ++i) {
+        header += (i == 0 ? "\"t" : ",\"t") + std::to_string(i) + R"(":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
+    }
+    header += "}";
+    TempDir dir;
+    const fs::path path = dir.path / "many.safetensors";
+    write_bytes(path, make_file(header, {}));
+    const SafetensorsFile file(path);
+    CHECK(file.tensor_count() == static_cast<std::size_t>(count));
+    CHECK(file.tensors().count("t99999") == 1);
 }

@@ -121,6 +121,22 @@ TEMPLATE_TEST_CASE("kernels: option errors (valid_len, scale, lambda)", "[kernel
                                 Contains("reference::dint_attention") && Contains("scale"));
         }
     }
+    SECTION("scale finite in double but Inf or 0 in float (found by fuzz_kernels)") {
+        for (double extreme : {1e300, 1e-300}) {
+            const AttentionOptions o = with_scale(extreme);
+            INFO("scale " << extreme);
+            if constexpr (std::is_same_v<T, float>) {
+                REQUIRE_THROWS_WITH(diffattn::softmax_attention(q, k, v, out, o),
+                                    Contains("softmax_attention") && Contains("scale") && Contains("float"));
+                REQUIRE_THROWS_WITH(diffattn::diff_attention(q, k, q, k, v, T(0.5), out, o),
+                                    Contains("diff_attention") && Contains("scale"));
+                REQUIRE_THROWS_AS(reference::softmax_attention(q, k, v, o), OptionError);
+            } else {
+                REQUIRE_NOTHROW(diffattn::softmax_attention(q, k, v, out, o));
+                REQUIRE_NOTHROW(reference::softmax_attention(q, k, v, o));
+            }
+        }
+    }
     SECTION("lambda not finite") {
         const RowMatrix<T> q9 = ones<T>(9, 4), k9 = ones<T>(9, 4), v9 = ones<T>(9, 8);
         for (T bad : {std::numeric_limits<T>::infinity(), std::numeric_limits<T>::quiet_NaN()}) {

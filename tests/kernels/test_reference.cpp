@@ -284,6 +284,17 @@ TEMPLATE_TEST_CASE("reference: DINT with a history equals the tail of the full-s
     }
 }
 
+TEMPLATE_TEST_CASE("reference: dint_history of no earlier rows is zero sums", "[reference][kernels]", float, double) {
+    // Found by fuzz_kernels: colwise() over 0 rows was undefined behaviour inside Eigen (UBSan).
+    using T = TestType;
+    const DintHistory<T> history = reference::dint_history<T>(RowMatrix<T>(0, 9), RowMatrix<T>::Ones(9, 5));
+    CHECK(history.rows == 0);
+    CHECK(history.a1_column_sum.size() == 9);
+    CHECK(history.a1_column_sum.isZero(0));
+    CHECK(history.o1_row_sum.size() == 5);
+    CHECK(history.o1_row_sum.isZero(0));
+}
+
 TEMPLATE_TEST_CASE("reference: row sums of the combined maps", "[reference][kernels]", float, double) {
     using T = TestType;
     DIFFATTN_TEST_RNG(rng);

@@ -117,6 +117,13 @@ TEST_CASE("config.json: a bad value is a ConfigError naming the key", "[model][c
     CHECK_THAT(error_of(with(base, "rms_norm_eps", 0)), Contains("\"rms_norm_eps\""));
     CHECK_THAT(error_of(with(base, "rms_norm_eps", "1e-5")), Contains("\"rms_norm_eps\""));
     CHECK_THAT(error_of(with(base, "rope_theta", -1.0)), Contains("\"rope_theta\""));
+    // A denormal theta makes the rotary frequencies theta^(-2i/d) overflow once d is large enough
+    // (NaN logits; found with fuzz_config_json). At d 64 (hidden 256, 2 DIFF heads) the top one,
+    // theta^(-62/64), is Inf; at the base config's d 8 it is theta^(-6/8) ~ 1e242, still finite.
+    const json wide = with(base, "hidden_size", 256);
+    CHECK_THAT(error_of(with(wide, "rope_theta", 5e-324)), Contains("rope_theta") && Contains("too small"));
+    CHECK(error_of(with(base, "rope_theta", 5e-324)) == "no error");
+    CHECK(error_of(with(base, "rope_theta", 1e-3)) == "no error");
     CHECK_THAT(error_of(with(base, "tie_word_embeddings", 1)), Contains("\"tie_word_embeddings\""));
     CHECK_THAT(error_of(with(base, "causal", "yes")), Contains("\"causal\""));
     CHECK_THAT(error_of(with(base, "dint_integral", "integral")), Contains("\"dint_integral\""));
@@ -190,4 +197,15 @@ TEST_CASE("parameter counts of the model formula", "[model][config][parameters]"
     CHECK(c.parameter_count() == V * D + L * (attention + 2 * D + 3 * D * F) + D + V * D);
     c.tie_word_embeddings = true;
     CHECK(c.parameter_count() == V * D + L * (attention + 2 * D + 3 * D * F) + D);
+}
+
+TEST_CASE("config.json: a number too large for a double is a ConfigError", "[model][config]") {
+    // nlohmann reports it as out_of_range (406), not parse_error (found by fuzz_config_json).
+    const std::string text = minimal_diff().dump().insert(1, "\"rope_theta\": 1e400, ");
+    try {
+        model_config_from_json_text(text);
+        FAIL("no error");
+    } catch (const ConfigError& e) {
+        CHECK_THAT(std::string(e.what()), Contains("not valid JSON") && Contains("1e400"));
+    }
 }

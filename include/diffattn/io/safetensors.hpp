@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -134,6 +135,8 @@ public:
     static constexpr std::uint64_t max_header_bytes = 100'000'000;
     /// Deepest JSON nesting accepted in the header (the format needs 3: root, entry, shape).
     static constexpr int max_header_depth = 8;
+    /// Longest JSON array accepted in the header (shapes and data_offsets are its only arrays).
+    static constexpr std::size_t max_header_array_size = 1024;
 
     /// One tensor of the file, as validated from its header entry.
     struct TensorInfo {
@@ -146,9 +149,21 @@ public:
 
     /// Reads and validates the file at `path` (holds its size in bytes afterwards).
     /// Throws FileError when the file is missing, not a regular file, unreadable or malformed.
+    /// Memory stays bounded by what has been validated: the file is read in three steps (the
+    /// 8-byte length; the header, once its length is checked against the limit and the file size;
+    /// the data, once every header entry and the layout are valid), so a bad header never costs
+    /// more than its own bytes (at most max_header_bytes) plus their parsed JSON.
     explicit SafetensorsFile(const std::filesystem::path& path) : path_(path.string()) {
-        read_file(path);
-        parse_and_validate();
+        std::ifstream in;
+        const std::uint64_t file_size = open_file(path, in);
+        parse_and_validate(file_size, [&](std::uint64_t end) { read_up_to(in, end, file_size); });
+    }
+
+    /// Validates `bytes`, the whole content of a safetensors file already in memory (weights
+    /// embedded in a program, tests, the fuzzer: no temporary file needed). `name` stands in
+    /// for the path in error messages. Same checks and FileErrors as the path constructor.
+    static SafetensorsFile from_bytes(std::vector<unsigned char> bytes, std::string name = "<memory>") {
+        return SafetensorsFile(std::move(bytes), std::move(name));
     }
 
     SafetensorsFile(const SafetensorsFile&) = delete;
@@ -286,40 +301,80 @@ public:
     }
 
 private:
+    /// from_bytes: the file content is given, not read.
+    SafetensorsFile(std::vector<unsigned char> bytes, std::string name)
+        : path_(std::move(name)), bytes_(std::move(bytes)) {
+        parse_and_validate();
+    }
+
     /// Throws FileError("safetensors file \"<path>\": <parts...>").
     template <typename... Parts>
     [[noreturn]] void fail(Parts&&... parts) const {
         throw FileError(detail::concat("safetensors file \"", path_, "\": ", std::forward<Parts>(parts)...));
     }
 
-    /// Fills bytes_ with the whole file (file size bytes).
-    void read_file(const std::filesystem::path& path) {
+    /// Opens `path` into `in` after checking that it names a regular file; returns its size.
+    /// Reads nothing yet (read_up_to does, step by step).
+    std::uint64_t open_file(const std::filesystem::path& path, std::ifstream& in) const {
         namespace fs = std::filesystem;
         std::error_code error;
         const fs::file_status status = fs::status(path, error);
-        if (status.type() == fs::file_type::not_found) fail("no such file");
+        if (status.type() == fs::file_type::not_found) {
+            // ENOTDIR ("dir/file.safetensors/x") counts as not found; say which it was.
+            if (error && error != std::errc::no_such_file_or_directory) fail("no such file (", error.message(), ")");
+            fail("no such file");
+        }
         if (error) fail("cannot access the file: ", error.message());
-        if (status.type() == fs::file_type::directory) fail("is a directory, not a file");
-        if (status.type() != fs::file_type::regular) fail("is not a regular file");
+        switch (status.type()) {
+            case fs::file_type::regular: break;
+            case fs::file_type::directory: fail("is a directory, not a file");
+            case fs::file_type::fifo: fail("is not a regular file but a FIFO (named pipe)");
+            case fs::file_type::socket: fail("is not a regular file but a socket");
+            case fs::file_type::character: fail("is not a regular file but a character device");
+            case fs::file_type::block: fail("is not a regular file but a block device");
+            default: fail("is not a regular file");
+        }
         const std::uintmax_t size = fs::file_size(path, error);
         if (error) fail("cannot get the file size: ", error.message());
         if (size > static_cast<std::uintmax_t>(std::numeric_limits<std::streamsize>::max()) ||
             size > static_cast<std::uintmax_t>(bytes_.max_size())) {
             fail("the file is too large to read (", size, " bytes)");
         }
-        std::ifstream in(path, std::ios::binary);
-        if (!in) fail("cannot open the file for reading");
-        bytes_.resize(static_cast<std::size_t>(size));
-        in.read(reinterpret_cast<char*>(bytes_.data()), static_cast<std::streamsize>(size));
-        if (static_cast<std::uintmax_t>(in.gcount()) != size) {
-            fail("read error: got ", in.gcount(), " of ", size, " bytes");
+        errno = 0;
+        in.open(path, std::ios::binary);
+        if (!in) {
+            const int reason = errno;  // libstdc++'s filebuf reports open(2)'s errno
+            if (reason != 0) fail("cannot open the file for reading: ", std::generic_category().message(reason));
+            fail("cannot open the file for reading");
+        }
+        return static_cast<std::uint64_t>(size);
+    }
+
+    /// Appends bytes [bytes_.size(), end) of the file (file_size bytes long) to bytes_.
+    void read_up_to(std::ifstream& in, std::uint64_t end, std::uint64_t file_size) {
+        const std::size_t begin = bytes_.size();
+        if (end <= begin) return;
+        bytes_.resize(static_cast<std::size_t>(end));
+        const auto count = static_cast<std::streamsize>(end - begin);
+        in.read(reinterpret_cast<char*>(bytes_.data() + begin), count);
+        if (in.gcount() != count) {
+            fail("read error: got ", begin + static_cast<std::uint64_t>(in.gcount()), " of ", file_size,
+                 " bytes (the file shrank while being read, or the device failed)");
         }
     }
 
-    /// Validates bytes_ and fills data_start_, tensors_ and metadata_.
+    /// Validates bytes_ (the whole file, already in memory) and fills data_start_, tensors_ and metadata_.
     void parse_and_validate() {
-        const std::uint64_t file_size = bytes_.size();
+        parse_and_validate(bytes_.size(), [](std::uint64_t) {});
+    }
+
+    /// Validates a file of file_size bytes and fills data_start_, tensors_ and metadata_.
+    /// load(end) must make bytes_[0, end) hold the file's first `end` bytes; it is called with 8,
+    /// then 8 + header length, then file_size, each time only after what it covers is validated.
+    template <typename Load>
+    void parse_and_validate(std::uint64_t file_size, Load&& load) {
         if (file_size < 8) fail("the file is ", file_size, " bytes, too short for the 8-byte header length");
+        load(8);
         const std::uint64_t header_size = detail::load_u64_le(bytes_.data());
         if (header_size > max_header_bytes) {
             fail("header length ", header_size, " exceeds the limit of ", max_header_bytes, " bytes");
@@ -331,6 +386,7 @@ private:
         data_start_ = static_cast<std::size_t>(8 + header_size);
         const std::uint64_t data_size = file_size - data_start_;
 
+        load(data_start_);
         const nlohmann::json header = parse_header_json(header_size);
         if (!header.is_object()) fail("the header is a JSON ", header.type_name(), ", not an object");
         for (auto item = header.begin(); item != header.end(); ++item) {
@@ -341,35 +397,77 @@ private:
             }
         }
         check_layout(data_size);
+        load(file_size);  // every byte of the data section belongs to a validated tensor
     }
 
-    /// Parses bytes_[8, 8 + header_size) as JSON, rejecting duplicate keys (which nlohmann's
-    /// parser would silently resolve) and nesting deeper than max_header_depth.
+    /// Parses bytes_[8, 8 + header_size) as JSON in two linear passes: a SAX pass that builds
+    /// nothing and rejects invalid JSON, nesting deeper than max_header_depth, arrays longer than
+    /// max_header_array_size and duplicate keys (which nlohmann's parser would silently resolve);
+    /// then the DOM. (nlohmann's callback parser is not used: it rescans the parent object after
+    /// every entry, quadratic in the number of tensors.) The DOM takes about ten times the header.
     nlohmann::json parse_header_json(std::uint64_t header_size) const {
-        using Event = nlohmann::json::parse_event_t;
-        std::vector<std::set<std::string>> open_objects;  // keys seen so far, innermost object last
-        std::string top_level_key;                        // the entry being parsed
-        const auto check = [&](int depth, Event event, nlohmann::json& parsed) {
-            switch (event) {
-                case Event::object_start:
-                case Event::array_start:
-                    if (depth >= max_header_depth) fail("the header nests deeper than ", max_header_depth, " levels");
-                    if (event == Event::object_start) open_objects.emplace_back();
-                    break;
-                case Event::object_end: open_objects.pop_back(); break;
-                case Event::key: {
-                    const std::string& key = parsed.get_ref<const std::string&>();
-                    if (!open_objects.back().insert(key).second) {
-                        if (depth <= 1) fail("duplicate key ", detail::quote_json(key), " in the header");
-                        fail("duplicate key ", detail::quote_json(key), " inside ",
-                             detail::quote_json(top_level_key));
-                    }
-                    if (depth <= 1) top_level_key = key;
-                    break;
+        struct Checker {
+            const SafetensorsFile& file;
+            std::vector<std::set<std::string>> open_objects;  // keys seen so far, innermost object last
+            std::vector<std::size_t> open_arrays;             // elements so far, innermost array last
+            std::vector<bool> container_is_array;             // every open container, innermost last
+            std::string top_level_key;                        // the entry being parsed
+            std::string syntax_error;
+
+            bool element() {  // a value (or a container) inside the innermost container
+                if (!container_is_array.empty() && container_is_array.back() &&
+                    ++open_arrays.back() > max_header_array_size) {
+                    file.fail("the header holds an array of more than ", max_header_array_size,
+                              " elements (a shape has at most that many dimensions)");
                 }
-                default: break;
+                return true;
             }
-            return true;
+            bool open(bool array) {
+                element();
+                if (container_is_array.size() >= static_cast<std::size_t>(max_header_depth)) {
+                    file.fail("the header nests deeper than ", max_header_depth, " levels");
+                }
+                container_is_array.push_back(array);
+                if (array) {
+                    open_arrays.push_back(0);
+                } else {
+                    open_objects.emplace_back();
+                }
+                return true;
+            }
+            bool close() {
+                if (container_is_array.back()) {
+                    open_arrays.pop_back();
+                } else {
+                    open_objects.pop_back();
+                }
+                container_is_array.pop_back();
+                return true;
+            }
+            bool null() { return element(); }
+            bool boolean(bool) { return element(); }
+            bool number_integer(nlohmann::json::number_integer_t) { return element(); }
+            bool number_unsigned(nlohmann::json::number_unsigned_t) { return element(); }
+            bool number_float(nlohmann::json::number_float_t, const nlohmann::json::string_t&) { return element(); }
+            bool string(nlohmann::json::string_t&) { return element(); }
+            bool binary(nlohmann::json::binary_t&) { return element(); }
+            bool start_object(std::size_t) { return open(false); }
+            bool end_object() { return close(); }
+            bool start_array(std::size_t) { return open(true); }
+            bool end_array() { return close(); }
+            bool key(nlohmann::json::string_t& key) {
+                const bool top_level = container_is_array.size() == 1;
+                if (!open_objects.back().insert(key).second) {
+                    if (top_level) file.fail("duplicate key ", detail::quote_json(key), " in the header");
+                    file.fail("duplicate key ", detail::quote_json(key), " inside ", detail::quote_json(top_level_key));
+                }
+                if (top_level) top_level_key = key;
+                return true;
+            }
+            bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception& error) {
+                syntax_error = error.what();
+                return false;
+            }
         };
         const char* first = reinterpret_cast<const char*>(bytes_.data()) + 8;
         // nlohmann's lexer takes a NUL byte for the end of the input, so "{}\0<anything>" would
@@ -378,8 +476,13 @@ private:
             fail("the header is not valid JSON: it holds a NUL byte at header offset ",
                  static_cast<const char*>(nul) - first);
         }
+        Checker checker{*this, {}, {}, {}, {}, {}};
+        if (!nlohmann::json::sax_parse(first, first + header_size, &checker, nlohmann::json::input_format_t::json,
+                                       /*strict=*/true, /*ignore_comments=*/false)) {
+            fail("the header is not valid JSON: ", checker.syntax_error);
+        }
         try {
-            return nlohmann::json::parse(first, first + header_size, check, /*allow_exceptions=*/true,
+            return nlohmann::json::parse(first, first + header_size, nullptr, /*allow_exceptions=*/true,
                                          /*ignore_comments=*/false);
         } catch (const nlohmann::json::exception& error) {
             fail("the header is not valid JSON: ", error.what());
@@ -513,18 +616,20 @@ private:
         std::uint64_t cursor = 0;         // end of the bytes covered so far
         const Span* previous = nullptr;   // the last non-empty tensor, which ends at cursor
         for (const Span& span : spans) {
-            const std::string where = detail::concat(detail::quote_json(*span.name), " [", span.begin, ", ", span.end, "]");
+            const auto where = [&] {  // only when failing: formatting every tensor costs more than the check
+                return detail::concat(detail::quote_json(*span.name), " [", span.begin, ", ", span.end, "]");
+            };
             if (span.begin < cursor) {
                 fail("data_offsets of tensors ", detail::quote_json(*previous->name), " [", previous->begin, ", ",
-                     previous->end, "] and ", where, " overlap");
+                     previous->end, "] and ", where(), " overlap");
             }
             if (span.begin > cursor) {
                 if (previous == nullptr) {
                     fail("gap of ", span.begin - cursor, " bytes at the start of the data section: the first tensor ",
-                         where, " does not begin at offset 0");
+                         where(), " does not begin at offset 0");
                 }
                 fail("gap of ", span.begin - cursor, " bytes between tensor ", detail::quote_json(*previous->name), " [",
-                     previous->begin, ", ", previous->end, "] and tensor ", where);
+                     previous->begin, ", ", previous->end, "] and tensor ", where());
             }
             if (span.end > span.begin) {
                 cursor = span.end;

@@ -109,6 +109,10 @@ ResolvedOptions check_attention(const char* function, const char* q_name, const 
         resolved.scale = *options.scale;
         require<OptionError>(std::isfinite(resolved.scale) && resolved.scale > 0, function,
                              ": scale must be finite and > 0, got ", resolved.scale);
+        // The kernels scale in T: a float kernel would turn 1e300 into Inf (NaN logits) and 1e-300 into 0.
+        const T scale_in_t = static_cast<T>(resolved.scale);
+        require<OptionError>(std::isfinite(scale_in_t) && scale_in_t > 0, function, ": scale ", resolved.scale,
+                             " is not a finite value > 0 in ", sizeof(T) == sizeof(float) ? "float" : "double");
     } else {
         require<ShapeError>(q.cols() > 0 || q.rows() == 0, function, ": ", describe(named(q_name, q)),
                             " (head dim 0 has no default scale 1/sqrt(d))");

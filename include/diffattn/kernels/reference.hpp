@@ -184,6 +184,9 @@ void check_options(const char* function, const AttentionOptions& options, const 
     if (options.scale) {
         require<OptionError>(std::isfinite(*options.scale) && *options.scale > 0.0, function,
                              ": scale must be finite and > 0, got ", *options.scale);
+        const T scale_in_t = static_cast<T>(*options.scale);  // as the fast kernels: finite and > 0 in T
+        require<OptionError>(std::isfinite(scale_in_t) && scale_in_t > 0, function, ": scale ", *options.scale,
+                             " is not a finite value > 0 in the matrices' scalar type");
     } else {
         require<ShapeError>(q.cols() > 0 || q.rows() == 0, function, ": ", q_name, " is ", q.rows(), "x", q.cols(),
                             " (head dim 0 has no default scale 1/sqrt(d))");
@@ -271,6 +274,11 @@ DintHistory<T> dint_history(const RowMatrix<T>& a1 /*[rows x keys]*/, const RowM
                         a1.rows(), "x", a1.cols(), " (V needs one row per key of A1)");
     DintHistory<T> history;
     history.rows = a1.rows();
+    if (a1.rows() == 0) {  // Eigen's colwise() over 0 rows offsets a null data pointer (UBSan: undefined)
+        history.a1_column_sum = Vector<T>::Zero(a1.cols());
+        history.o1_row_sum = Vector<T>::Zero(v.cols());
+        return history;
+    }
     history.a1_column_sum = a1.colwise().sum().transpose();  // sum_m A1[m, :]   [keys]
     const RowMatrix<T> o1 = a1 * v;                          // O1 = A1 V        [rows x dv]
     history.o1_row_sum = o1.colwise().sum().transpose();     // sum_m O1[m, :]   [dv]

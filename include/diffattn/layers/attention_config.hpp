@@ -14,6 +14,7 @@
 #include "diffattn/layers/lambda.hpp"
 
 #include <cmath>
+#include <limits>
 #include <string>
 
 namespace diffattn {
@@ -182,12 +183,33 @@ struct AttentionConfig {
         }
     }
 
+    /// Largest parameter count validate() accepts (2^53, about 9e15): far above any real model, and
+    /// low enough that no width, count or byte size derived from a validated config overflows Index.
+    static constexpr long double max_parameters = 9007199254740992.0L;
+
+    /// An upper bound of parameter_count() computed in long double from the raw fields, so that it
+    /// cannot overflow whatever they hold (validate() checks it before any Index arithmetic on them).
+    long double parameter_count_bound() const {
+        const long double D = static_cast<long double>(d_model), H = static_cast<long double>(n_heads),
+                          d = static_cast<long double>(head_dim()), r = static_cast<long double>(shared_diff_rank);
+        // Every width (q, k, v, out) is at most 2H * 2d; plus the Shared DIFF factors, the square
+        // v / out projections, the bases, diff_v2's lambda_proj, lambda and subln.
+        return 16 * D * H * d + 4 * H * r * (D + d) + 2 * D * D + 2 * d * D + H * D + 6 * d;
+    }
+
     /// Throws ConfigError naming the config.json key if the geometry is impossible.
     void validate() const {
         const char* where = "attention config: ";
         require<ConfigError>(d_model > 0, where, "hidden_size must be > 0, got ", d_model);
         require<ConfigError>(n_heads > 0, where, "num_attention_heads must be > 0, got ", n_heads);
         require<ConfigError>(n_kv_heads >= 0, where, "num_key_value_heads must be > 0, got ", n_kv_heads);
+        require<ConfigError>(shared_diff_rank >= 0 && v2_head_dim >= 0, where,
+                             "shared_diff_rank and head_dim must be >= 0, got ", shared_diff_rank, " and ",
+                             v2_head_dim);
+        require<ConfigError>(parameter_count_bound() <= max_parameters, where,
+                             "the attention module would have more than 2^53 parameters (hidden_size ", d_model,
+                             ", num_attention_heads ", n_heads, ", query/key map width ", head_dim(),
+                             ", shared_diff_rank ", shared_diff_rank, "): too large to index");
         require<ConfigError>(n_heads % kv_heads() == 0, where, "num_key_value_heads (", kv_heads(),
                              ") must divide num_attention_heads (", n_heads, ")");
         switch (kind) {
@@ -218,6 +240,15 @@ struct AttentionConfig {
                              head_dim_source(), ")");
         require<ConfigError>(rope_theta > 0 && std::isfinite(rope_theta), where, "rope_theta must be > 0, got ",
                              rope_theta);
+        // With theta < 1 the frequency theta^(-2i/d) grows with i; a tiny theta (a denormal) would
+        // make the angles pos * theta^(-2i/d) Inf or NaN, i.e. NaN logits (caught by the finite-logits check of fuzz_config_json).
+        // Keep every angle finite for positions below 2^31.
+        const double d = static_cast<double>(head_dim());
+        const double top_frequency = std::pow(rope_theta, -(d - 2) / d);
+        const double max_frequency = std::numeric_limits<double>::max() / 2147483648.0;
+        require<ConfigError>(std::isfinite(top_frequency) && top_frequency <= max_frequency, where,
+                             "rope_theta ", rope_theta, " is too small: the rotary frequency theta^(-2i/d) reaches ",
+                             top_frequency, ", so the angles pos * theta^(-2i/d) would overflow");
         require<ConfigError>(depth >= 0, where, "layer index must be >= 0, got ", depth);
         if (kind == AttentionKind::dint && dint_integral == DintIntegral::global_mean) {
             require<ConfigError>(!causal, where,

@@ -83,6 +83,16 @@ struct ModelConfig {
         require<ConfigError>(rms_norm_eps > 0 && std::isfinite(rms_norm_eps), where,
                              "rms_norm_eps must be > 0 and finite, got ", rms_norm_eps);
         attention_config().validate();
+        // parameter_count() and every size derived from the config must fit in Index: bound it in
+        // long double first (a hostile config.json could otherwise overflow the Index arithmetic).
+        const long double D = static_cast<long double>(hidden_size), V = static_cast<long double>(vocab_size),
+                          F = static_cast<long double>(intermediate_size),
+                          L = static_cast<long double>(num_hidden_layers);
+        const long double bound = 2 * V * D + L * (attention_config().parameter_count_bound() + 2 * D + 3 * D * F) + D;
+        require<ConfigError>(bound <= AttentionConfig::max_parameters, where,
+                             "the model would have more than 2^53 parameters (hidden_size ", hidden_size,
+                             ", vocab_size ", vocab_size, ", intermediate_size ", intermediate_size,
+                             ", num_hidden_layers ", num_hidden_layers, "): too large to index");
     }
 };
 

@@ -54,11 +54,26 @@ public:
     /// must be present with exactly its shape, and no other tensor may be there; F32, F16, BF16 and
     /// F64 are converted to T. Throws ConfigError (config.json, naming the key) or FileError (naming
     /// the file and the tensor). Unknown config keys go to `warnings` (may be null).
+    ///
+    /// Memory: the model is allocated only after model.safetensors is validated and found to hold
+    /// at least half of the parameters config.json describes (FileError otherwise), so a config.json
+    /// cannot make load() allocate more than about twice what the file holds.
     static DecoderModel load(const std::filesystem::path& dir, std::vector<std::string>* warnings = nullptr) {
         require<FileError>(std::filesystem::is_directory(dir), "model directory \"", dir.string(),
                            "\" does not exist or is not a directory");
-        DecoderModel model(read_model_config(dir / "config.json", warnings));
-        model.load_weights(dir / "model.safetensors");
+        const std::filesystem::path config_path = dir / "config.json";
+        const ModelConfig config = read_model_config(config_path, warnings);
+        const SafetensorsFile file(dir / "model.safetensors");
+        std::uint64_t in_file = 0;  // elements of all tensors: <= file size / 2, cannot overflow
+        for (const auto& entry : file.tensors()) in_file += static_cast<std::uint64_t>(entry.second.num_elements);
+        const auto needed = static_cast<std::uint64_t>(config.parameter_count());  // validated: fits
+        require<FileError>(needed <= 2 * in_file + 65536, "DecoderModel::load: config.json \"", config_path.string(),
+                           "\" describes a model of ", needed, " parameters but safetensors file \"", file.path(),
+                           "\" holds ", in_file, " in ", file.tensor_count(),
+                           " tensors: most of the model is missing, so the two files do not belong together "
+                           "(nothing was allocated)");
+        DecoderModel model(config);
+        model.load_weights(file);
         return model;
     }
 
@@ -88,8 +103,10 @@ public:
     }
 
     /// Reads the weights from a safetensors file: exactly the tensors of parameters(), shapes checked.
-    void load_weights(const std::filesystem::path& file_path) {
-        const SafetensorsFile file(file_path);
+    void load_weights(const std::filesystem::path& file_path) { load_weights(SafetensorsFile(file_path)); }
+
+    /// The same from a safetensors file already opened (and validated).
+    void load_weights(const SafetensorsFile& file) {
         ParameterList<T> list = parameters();
         std::set<std::string> expected;
         std::vector<T> staging;  // for tensors split over several slices (Shared DIFF factors)
@@ -197,9 +214,18 @@ private:
         const Index n = static_cast<Index>(tokens.size());
         require<ShapeError>(n <= state.max_len(), function, ": ", n, " tokens but the ForwardState holds at most ",
                             state.max_len(), " (make_state(max_len))");
+        const AttentionConfig attention = config_.attention_config();
+        const AttentionScratch<T>& scratch = state.layer.attention;
         require<ShapeError>(state.x.cols() == config_.hidden_size && state.logits.cols() == config_.vocab_size &&
-                                state.layer.mlp.gate.cols() == config_.intermediate_size,
-                            function, ": the ForwardState was made for another configuration");
+                                state.layer.mlp.gate.cols() == config_.intermediate_size &&
+                                scratch.q.cols() == attention.q_width() && scratch.k.cols() == attention.k_width() &&
+                                scratch.v.cols() == attention.v_width() &&
+                                scratch.heads.cols() == attention.out_width() &&
+                                scratch.rotary.head_dim() == attention.head_dim() &&
+                                (attention.kind != AttentionKind::diff_v2 || scratch.second.rows() >= state.max_len()) &&
+                                (attention.kind != AttentionKind::shared_diff || scratch.shared_xa.rows() >= state.max_len()),
+                            function, ": the ForwardState was made for another configuration (use this model's "
+                            "make_state)");
         for (std::size_t i = 0; i < tokens.size(); ++i) {
             require<ShapeError>(tokens[i] >= 0 && tokens[i] < config_.vocab_size, function, ": token ", i, " is ",
                                 tokens[i], ", outside the vocabulary [0, ", config_.vocab_size, ")");
