@@ -1,0 +1,559 @@
+// The bad-input catalogue of the README ("What happens on bad input"): one TEST_CASE per entry,
+// named like the entry, checking exactly what the table promises (the exception type and the key
+// words of its message, or the defined output). Keep the two in step: an entry added to the
+// README gets its TEST_CASE here.
+#include "../model/model_files.hpp"
+
+#include "diffattn/kernels/diff_attention.hpp"
+#include "diffattn/kernels/dint_attention.hpp"
+#include "diffattn/kernels/softmax_attention.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+using namespace diffattn;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// The message of the E thrown by `action`; fails the test if it throws nothing. Any other
+/// exception type escapes and fails the test too (the sibling error classes do not catch each other).
+template <typename E, typename Action>
+std::string message_of(Action&& action) {
+    try {
+        action();
+    } catch (const E& e) {
+        return e.what();
+    }
+    FAIL("no exception was thrown");
+    return {};
+}
+
+/// Checks that `message` holds every fragment.
+void check_words(const std::string& message, std::initializer_list<const char*> fragments) {
+    INFO("message: " << message);
+    for (const char* fragment : fragments) {
+        INFO("expected fragment: " << fragment);
+        CHECK(message.find(fragment) != std::string::npos);
+    }
+}
+
+#define CHECK_ERROR(ErrorType, expression, ...) \
+    check_words(message_of<ErrorType>([&] { (void)(expression); }), {__VA_ARGS__})
+
+ModelConfig tiny(AttentionKind kind) {
+    ModelConfig c;
+    c.attention = kind;
+    c.hidden_size = 16;
+    c.num_attention_heads = 2;
+    c.num_hidden_layers = 2;
+    c.intermediate_size = 24;
+    c.vocab_size = 32;
+    if (kind == AttentionKind::shared_diff) c.shared_diff_rank = 2;
+    if (kind == AttentionKind::diff_v2) c.head_dim = 4;
+    return c;
+}
+
+const AttentionKind kKinds[] = {AttentionKind::softmax, AttentionKind::diff, AttentionKind::dint,
+                                AttentionKind::shared_diff, AttentionKind::diff_v2};
+
+/// config.json text of `config` with `key` replaced by the raw JSON `value` (or removed if empty).
+std::string config_json_with(const ModelConfig& config, const std::string& key, const std::string& value) {
+    nlohmann::ordered_json j = model_config_to_json(config);
+    if (value.empty()) {
+        j.erase(key);
+    } else {
+        j[key] = nlohmann::ordered_json::parse(value);
+    }
+    return j.dump();
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    REQUIRE(out.good());
+}
+
+/// A model directory of a seeded tiny model of `kind`.
+void write_tiny_model(const fs::path& dir, AttentionKind kind) {
+    const ModelConfig config = tiny(kind);
+    DecoderModel<float> model = DecoderModel<float>::seeded(config, 5);
+    model_test::write_model_dir(dir, config, model_test::tensors_of(model));
+}
+
+template <typename T>
+RowMatrix<T> random_matrix(Index rows, Index cols, unsigned seed) {
+    RowMatrix<T> m(rows, cols);
+    for (Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<T>(std::sin(0.7 * (i + 1) + seed));
+    return m;
+}
+
+bool row_finite(const RowMatrix<float>& m, Index row) { return m.row(row).allFinite(); }
+bool row_has_nan(const RowMatrix<float>& m, Index row) { return m.row(row).array().isNaN().any(); }
+
+}  // namespace
+
+// ---- Files ------------------------------------------------------------------------------------
+
+TEST_CASE("malformed safetensors file", "[catalogue][files]") {
+    const fs::path bad = fs::path(DIFFATTN_TEST_DATA_DIR) / "safetensors" / "bad";
+    CHECK_ERROR(FileError, SafetensorsFile(bad / "header_length_past_eof.safetensors"), "safetensors file \"",
+                "header_length_past_eof.safetensors", "header length 64 is larger than");
+    CHECK_ERROR(FileError, SafetensorsFile(bad / "overlap.safetensors"), "overlap.safetensors", "overlap");
+
+    // Through DecoderModel::load: a model.safetensors cut short names the file and the tensor.
+    model_test::TempDir dir;
+    write_tiny_model(dir.path(), AttentionKind::diff);
+    const fs::path weights = dir.path() / "model.safetensors";
+    fs::resize_file(weights, fs::file_size(weights) - 4);
+    CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path()), "model.safetensors", "run past the end of file");
+}
+
+TEST_CASE("model file that does not match its config", "[catalogue][files]") {
+    model_test::TempDir dir;
+    const ModelConfig config = tiny(AttentionKind::dint);
+    DecoderModel<float> model = DecoderModel<float>::seeded(config, 1);
+    model_test::TensorSet tensors = model_test::tensors_of(model);
+
+    SECTION("a missing tensor") {
+        tensors.shapes.erase("model.layers.1.self_attn.lambda_q1");
+        tensors.data.erase("model.layers.1.self_attn.lambda_q1");
+        model_test::write_model_dir(dir.path(), config, tensors);
+        CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path()), "model.safetensors",
+                    "missing tensor \"model.layers.1.self_attn.lambda_q1\"");
+    }
+    SECTION("a tensor of the wrong shape") {
+        tensors.shapes["model.norm.weight"] = {2, 8};
+        model_test::write_model_dir(dir.path(), config, tensors);
+        CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path()), "model.safetensors",
+                    "tensor \"model.norm.weight\" has shape [2, 8] but shape [16] is expected");
+    }
+    SECTION("an extra tensor") {
+        tensors.shapes["model.layers.0.self_attn.q_proj.bias"] = {16};
+        tensors.data["model.layers.0.self_attn.q_proj.bias"] = std::vector<float>(16, 0.0f);
+        model_test::write_model_dir(dir.path(), config, tensors);
+        CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path()), "1 unexpected tensor",
+                    "model.layers.0.self_attn.q_proj.bias");
+    }
+    SECTION("a config.json describing a far larger model than the file holds") {
+        // A valid config, but its embedding and lm_head alone would take 2 x 1e9 x 16 floats (128 GB):
+        // refused before anything is allocated.
+        ModelConfig huge = config;
+        huge.vocab_size = 1'000'000'000;
+        model_test::write_model_dir(dir.path(), config, tensors);
+        write_text(dir.path() / "config.json", model_config_to_json(huge).dump());
+        CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path()), "DecoderModel::load", "config.json",
+                    "describes a model of 32000", "model.safetensors", "do not belong together");
+    }
+}
+
+TEST_CASE("missing file or directory", "[catalogue][files]") {
+    model_test::TempDir dir;
+    CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path() / "absent"), "model directory", "absent",
+                "does not exist or is not a directory");
+    CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path()), "config.json", "no such file");
+    write_model_config(dir.path() / "config.json", tiny(AttentionKind::diff));
+    CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path()), "safetensors file", "model.safetensors",
+                "no such file");
+    CHECK_ERROR(FileError, SafetensorsFile(dir.path() / "config.json" / "x.safetensors"), "no such file",
+                "Not a directory");
+}
+
+TEST_CASE("path that is a directory, a FIFO or unreadable", "[catalogue][files]") {
+    model_test::TempDir dir;
+    fs::create_directory(dir.path() / "config.json");
+    CHECK_ERROR(FileError, read_model_config(dir.path() / "config.json"), "config.json", "is a directory");
+    CHECK_ERROR(FileError, SafetensorsFile(dir.path() / "config.json"), "is a directory");
+    fs::remove(dir.path() / "config.json");
+
+    const fs::path fifo = dir.path() / "config.json";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);  // opening a FIFO to read would block: refused before
+    CHECK_ERROR(FileError, read_model_config(fifo), "config.json", "not a regular file");
+    CHECK_ERROR(FileError, SafetensorsFile(fifo), "not a regular file", "FIFO");
+
+    // chmod 000 does not stop root; a write-only sysctl is unreadable even for root.
+    fs::path unreadable;
+    if (::geteuid() != 0) {
+        unreadable = dir.path() / "locked.json";
+        write_text(unreadable, "{}");
+        fs::permissions(unreadable, fs::perms::none);
+    } else if (fs::exists("/proc/sys/vm/drop_caches") && !std::ifstream("/proc/sys/vm/drop_caches").is_open()) {
+        unreadable = "/proc/sys/vm/drop_caches";
+    }
+    if (unreadable.empty()) {
+        WARN("unreadable-file case skipped: running as root without a root-unreadable file");
+    } else {
+        CHECK_ERROR(FileError, read_model_config(unreadable), "cannot open the file", "Permission denied");
+        CHECK_ERROR(FileError, SafetensorsFile(unreadable), "cannot open the file for reading", "Permission denied");
+    }
+}
+
+TEST_CASE("huge or garbage config.json", "[catalogue][files][config]") {
+    model_test::TempDir dir;
+    const fs::path path = dir.path() / "config.json";
+    SECTION("larger than the 1 MiB limit: refused before reading (a sparse 64 GiB file)") {
+        write_text(path, "{");
+        fs::resize_file(path, std::uint64_t{1} << 36);
+        CHECK_ERROR(FileError, read_model_config(path), "config.json", "68719476736 bytes",
+                    "over the 1048576-byte limit");
+    }
+    SECTION("binary garbage") {
+        write_text(path, std::string("\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16));
+        CHECK_ERROR(ConfigError, read_model_config(path), "config.json", "not valid JSON");
+    }
+    SECTION("empty file") {
+        write_text(path, "");
+        CHECK_ERROR(ConfigError, read_model_config(path), "config.json", "not valid JSON");
+    }
+    SECTION("deeply nested JSON (would overflow the stack of a recursive walk)") {
+        write_text(path, "{\"hidden_size\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
+        CHECK_ERROR(ConfigError, read_model_config(path), "config.json", "nests deeper than 32");
+    }
+    SECTION("valid JSON that is not an object") {
+        write_text(path, "[1, 2, 3]");
+        CHECK_ERROR(ConfigError, read_model_config(path), "config.json", "expected a JSON object, got array");
+    }
+}
+
+// ---- Configuration ------------------------------------------------------------------------------
+
+TEST_CASE("bad config values", "[catalogue][config]") {
+    const ModelConfig c = tiny(AttentionKind::diff);
+    CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(c, "vocab_size", "-5")),
+                "key \"vocab_size\" must be an integer >= 1, got -5");
+    CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(c, "hidden_size", "\"16\"")),
+                "key \"hidden_size\" must be an integer >= 1, got \"16\"");
+    CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(c, "hidden_size", "1e12")),
+                "key \"hidden_size\"", "1000000000000");
+    CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(c, "vocab_size", "")),
+                "missing required key \"vocab_size\"");
+    CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(c, "attention", "\"linear\"")),
+                "key \"attention\" must be one of softmax, diff, dint, shared_diff, diff_v2, got \"linear\"");
+    CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(c, "rms_norm_eps", "0")),
+                "key \"rms_norm_eps\" must be a finite number > 0, got 0");
+    CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(c, "causal", "1")),
+                "key \"causal\" must be true or false, got 1");
+    // The struct path (DecoderModel(config)) names the same keys.
+    ModelConfig bad = c;
+    bad.intermediate_size = 0;
+    CHECK_ERROR(ConfigError, DecoderModel<float>(bad), "intermediate_size must be > 0, got 0");
+    bad = c;
+    bad.rope_theta = std::numeric_limits<double>::quiet_NaN();
+    CHECK_ERROR(ConfigError, DecoderModel<float>(bad), "rope_theta must be > 0");
+}
+
+TEST_CASE("unknown or unused config key", "[catalogue][config]") {
+    ModelConfig c = tiny(AttentionKind::softmax);
+    nlohmann::ordered_json j = model_config_to_json(c);
+    j["model_type"] = "llama";
+    j["dint_integral"] = "causal_mean";
+    std::vector<std::string> warnings;
+    const ModelConfig parsed = model_config_from_json(j, &warnings);
+    CHECK(parsed.hidden_size == 16);
+    REQUIRE(warnings.size() == 2);
+    check_words(warnings[0] + " | " + warnings[1],
+                {"unknown key \"model_type\" ignored", "key \"dint_integral\" is only used by attention dint"});
+}
+
+TEST_CASE("zero heads", "[catalogue][config]") {
+    const ModelConfig c = tiny(AttentionKind::diff);
+    CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(c, "num_attention_heads", "0")),
+                "key \"num_attention_heads\" must be an integer >= 1, got 0");
+    CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(c, "num_key_value_heads", "0")),
+                "key \"num_key_value_heads\" must be an integer >= 1, got 0");
+    ModelConfig zero = c;
+    zero.num_attention_heads = 0;
+    CHECK_ERROR(ConfigError, DecoderModel<float>(zero), "num_attention_heads must be > 0, got 0");
+    CHECK_ERROR(ConfigError, KvCache<float>(zero, 8), "num_attention_heads must be > 0, got 0");
+}
+
+TEST_CASE("head dim not dividing the width", "[catalogue][config]") {
+    ModelConfig c = tiny(AttentionKind::diff);
+    c.hidden_size = 30;  // 2 heads of 2 maps: 30 / 4 is not an integer
+    CHECK_ERROR(ConfigError, DecoderModel<float>(c),
+                "hidden_size (30) must be divisible by 2 * num_attention_heads (4) for attention diff");
+    c = tiny(AttentionKind::softmax);
+    c.hidden_size = 15;
+    CHECK_ERROR(ConfigError, DecoderModel<float>(c),
+                "hidden_size (15) must be divisible by num_attention_heads (2) for attention softmax");
+    c = tiny(AttentionKind::diff);
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 3;
+    CHECK_ERROR(ConfigError, DecoderModel<float>(c), "num_key_value_heads (3) must divide num_attention_heads (4)");
+    c = tiny(AttentionKind::diff);
+    c.hidden_size = 12;  // d = 12 / 2 / 2 = 3: odd, no rotary pairs
+    CHECK_ERROR(ConfigError, DecoderModel<float>(c), "d = 3", "must be even for the interleaved rotary embedding");
+    c = tiny(AttentionKind::shared_diff);
+    c.num_key_value_heads = 1;
+    CHECK_ERROR(ConfigError, DecoderModel<float>(c), "must equal num_attention_heads", "shared_diff");
+}
+
+TEST_CASE("dimensions too large to index", "[catalogue][config]") {
+    ModelConfig c = tiny(AttentionKind::diff_v2);
+    c.num_attention_heads = 2'000'000'000;
+    c.num_key_value_heads = 2'000'000'000;
+    c.head_dim = 2'000'000'000;
+    c.hidden_size = 2'000'000'000;
+    CHECK_ERROR(ConfigError, c.validate(), "parameters", "more than");
+    c = tiny(AttentionKind::diff);
+    c.num_hidden_layers = 2'000'000'000;
+    c.hidden_size = 2'000'000'000;
+    c.num_attention_heads = 1'000'000'000;
+    CHECK_ERROR(ConfigError, DecoderModel<float>(c), "parameters", "more than");
+}
+
+// ---- Kernels ------------------------------------------------------------------------------------
+
+TEST_CASE("wrong shapes", "[catalogue][shapes]") {
+    const RowMatrix<float> q = random_matrix<float>(9, 64, 1), k1 = random_matrix<float>(9, 64, 2);
+    const RowMatrix<float> k2 = random_matrix<float>(17, 32, 3), v = random_matrix<float>(9, 128, 4);
+    RowMatrix<float> out(9, 128);
+    CHECK_ERROR(ShapeError, diff_attention(q, k1, q, k2, v, 0.5f, out), "diff_attention",
+                "K2 is 17x32 but K1 is 9x64 (shapes must match)");
+    const RowMatrix<float> few_keys = random_matrix<float>(4, 64, 5), few_values = random_matrix<float>(4, 128, 6);
+    CHECK_ERROR(ShapeError, softmax_attention(q, few_keys, few_values, out), "softmax_attention",
+                "K is 4x64 but Q is 9x64", "S >= N");
+    RowMatrix<float> narrow(9, 100);
+    CHECK_ERROR(ShapeError, softmax_attention(q, k1, v, narrow), "out is 9x100 but must be 9x128");
+    RowMatrix<float> shared = random_matrix<float>(9, 64, 7);
+    CHECK_ERROR(ShapeError, softmax_attention(shared, k1, shared, shared), "out overlaps the memory of Q",
+                "must not alias");
+    const RowMatrix<float> no_width(9, 0);
+    RowMatrix<float> out0(9, 0);
+    CHECK_ERROR(ShapeError, softmax_attention(no_width, no_width, no_width, out0), "head dim 0");
+
+    // Model level: the logits matrix, and a state of another configuration or too short.
+    const DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 2);
+    ForwardState<float> state = model.make_state(4);
+    RowMatrix<float> logits(2, 31);
+    CHECK_ERROR(ShapeError, model.forward({1, 2}, state, logits), "DecoderModel::forward", "logits is 2x31",
+                "must be 2x32");
+    CHECK_ERROR(ShapeError, model.forward({1, 2, 3, 4, 5}, state), "5 tokens but the ForwardState holds at most 4");
+    ForwardState<float> other = DecoderModel<float>(tiny(AttentionKind::softmax)).make_state(4);
+    CHECK_ERROR(ShapeError, model.forward({1, 2}, other), "the ForwardState was made for another configuration");
+}
+
+TEST_CASE("token id out of range", "[catalogue][model]") {
+    const DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::dint), 3);
+    ForwardState<float> state = model.make_state(8);
+    KvCache<float> cache = model.make_cache(16);
+    model.forward({1, 2}, state, &cache);
+    CHECK_ERROR(ShapeError, model.forward({1, 2, 32}, state), "DecoderModel::forward",
+                "token 2 is 32, outside the vocabulary [0, 32)");
+    CHECK_ERROR(ShapeError, model.forward({-1}, state, &cache), "token 0 is -1, outside the vocabulary [0, 32)");
+    CHECK(cache.length() == 2);  // checked before anything is written: the cache is unchanged
+    CHECK(model.forward({3}, state, &cache).allFinite());
+}
+
+TEST_CASE("NaN or Inf in kernel inputs", "[catalogue][nan]") {
+    // No exception: a non-finite value reaches only the output rows that depend on it (causal
+    // mask: query n depends on keys and values 0..n, and on its own query row).
+    const Index n = 80, d = 8;  // more than one 64-row block
+    RowMatrix<float> q1 = random_matrix<float>(n, d, 1), k1 = random_matrix<float>(n, d, 2);
+    RowMatrix<float> q2 = random_matrix<float>(n, d, 3), k2 = random_matrix<float>(n, d, 4);
+    RowMatrix<float> v = random_matrix<float>(n, 2 * d, 5);
+    const Index bad = 70;
+    v(bad, 3) = std::numeric_limits<float>::quiet_NaN();
+    k1(bad, 1) = std::numeric_limits<float>::infinity();
+    RowMatrix<float> out(n, 2 * d);
+    for (int kernel = 0; kernel < 4; ++kernel) {
+        INFO("kernel " << kernel);
+        out.setZero();
+        if (kernel == 0) softmax_attention(q1, k1, v, out);
+        if (kernel == 1) diff_attention(q1, k1, q2, k2, v, 0.5f, out);
+        if (kernel == 2) dint_attention(q1, k1, q2, k2, v, 0.5f, DintIntegral::causal_softmax, out);
+        if (kernel == 3) dint_attention(q1, k1, q2, k2, v, 0.5f, DintIntegral::causal_mean, out);
+        for (Index row = 0; row < bad; ++row) CHECK(row_finite(out, row));
+        for (Index row = bad; row < n; ++row) CHECK(row_has_nan(out, row));
+    }
+    // A NaN in one query row stays in that row (softmax, diff); DINT's causal integrals average A1
+    // over the rows so far, so there it reaches rows >= 10 and leaves rows < 10 finite.
+    RowMatrix<float> q = random_matrix<float>(n, d, 6);
+    q(10, 0) = std::numeric_limits<float>::quiet_NaN();
+    const RowMatrix<float> k = random_matrix<float>(n, d, 7), clean_v = random_matrix<float>(n, 2 * d, 8);
+    softmax_attention(q, k, clean_v, out);
+    CHECK(row_has_nan(out, 10));
+    CHECK(out.topRows(10).allFinite());
+    CHECK(out.bottomRows(n - 11).allFinite());
+    diff_attention(q, k, q2, k2, clean_v, 0.5f, out);
+    CHECK(row_has_nan(out, 10));
+    CHECK(out.topRows(10).allFinite());
+    CHECK(out.bottomRows(n - 11).allFinite());
+    for (DintIntegral integral : {DintIntegral::causal_softmax, DintIntegral::causal_mean}) {
+        dint_attention(q, k, q2, k2, clean_v, 0.5f, integral, out);
+        CHECK(out.topRows(10).allFinite());
+        for (Index row = 10; row < n; ++row) CHECK(row_has_nan(out, row));
+    }
+}
+
+TEST_CASE("NaN or Inf in weights", "[catalogue][nan]") {
+    // Weights are not scanned at load (a NaN loads as NaN); it reaches exactly the logits that depend
+    // on it. A NaN in token t's embedding row: in a causal model, the logits of every position from
+    // t's first occurrence on are NaN, earlier positions are untouched.
+    for (AttentionKind kind : kKinds) {
+        INFO(to_string(kind));
+        DecoderModel<float> model = DecoderModel<float>::seeded(tiny(kind), 4);
+        const std::vector<Token> tokens = {3, 9, 1, 7, 20, 9, 4};
+        const RowMatrix<float> clean = model.logits(tokens);
+        model.embed_tokens(7, 2) = std::numeric_limits<float>::quiet_NaN();
+        const RowMatrix<float> logits = model.logits(tokens);
+        for (Index row = 0; row < 3; ++row) {
+            CHECK(row_finite(logits, row));  // equal up to rounding (the kernels may take another summation path)
+            CHECK((logits.row(row) - clean.row(row)).cwiseAbs().maxCoeff() <= 1e-5f * (1 + clean.row(row).cwiseAbs().maxCoeff()));
+        }
+        for (Index row = 3; row < 7; ++row) CHECK(row_has_nan(logits, row));
+    }
+    // An Inf in lm_head row v: the logit of token v is +-Inf or NaN in every row, the others are finite.
+    DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 4);
+    model.lm_head(5, 0) = std::numeric_limits<float>::infinity();
+    const RowMatrix<float> logits = model.logits({1, 2, 3});
+    CHECK_FALSE(logits.col(5).allFinite());
+    CHECK(logits.leftCols(5).allFinite());
+    CHECK(logits.rightCols(26).allFinite());
+}
+
+TEST_CASE("invalid kernel options", "[catalogue][options]") {
+    const RowMatrix<float> q = random_matrix<float>(6, 4, 1), k = random_matrix<float>(6, 4, 2);
+    const RowMatrix<float> v = random_matrix<float>(6, 8, 3);
+    RowMatrix<float> out(6, 8);
+    CHECK_ERROR(OptionError, diff_attention(q, k, q, k, v, std::numeric_limits<float>::quiet_NaN(), out),
+                "diff_attention: lambda must be finite, got nan");
+    AttentionOptions o;
+    o.scale = 0.0;
+    CHECK_ERROR(OptionError, softmax_attention(q, k, v, out, o), "scale must be finite and > 0, got 0");
+    o = {};
+    o.valid_len = 7;
+    CHECK_ERROR(OptionError, softmax_attention(q, k, v, out, o), "valid_len is 7 but K is 6x4",
+                "0 <= valid_len <= S");
+    o = {};
+    o.threads = 0;
+    CHECK_ERROR(OptionError, softmax_attention(q, k, v, out, o), "threads must be >= 1, got 0");
+}
+
+TEST_CASE("empty sequence", "[catalogue][empty]") {
+    // Not an error: nothing to compute.
+    const RowMatrix<float> none(0, 4), values(0, 8);
+    RowMatrix<float> out(0, 8);
+    CHECK_NOTHROW(softmax_attention(none, none, values, out));
+    CHECK_NOTHROW(dint_attention(none, none, none, none, values, 0.5f, DintIntegral::causal_softmax, out));
+    for (AttentionKind kind : kKinds) {
+        INFO(to_string(kind));
+        const DecoderModel<float> model = DecoderModel<float>::seeded(tiny(kind), 6);
+        ForwardState<float> state = model.make_state(4);
+        CHECK(model.forward({}, state).rows() == 0);
+        CHECK(model.logits({}).rows() == 0);
+        KvCache<float> cache = model.make_cache(4);
+        model.forward({1, 2}, state, &cache);
+        CHECK(model.forward({}, state, &cache).rows() == 0);
+        CHECK(cache.length() == 2);
+    }
+}
+
+TEST_CASE("query that sees no key", "[catalogue][mask]") {
+    // SPEC 1: an all-zero output row, never NaN (key padding valid_len = 0 hides every key).
+    const RowMatrix<float> q = random_matrix<float>(5, 4, 1), k = random_matrix<float>(5, 4, 2);
+    const RowMatrix<float> v = random_matrix<float>(5, 8, 3);
+    RowMatrix<float> out = RowMatrix<float>::Constant(5, 8, 7.0f);
+    AttentionOptions o;
+    o.valid_len = 0;
+    softmax_attention(q, k, v, out, o);
+    CHECK(out.isZero(0));
+    out.setConstant(7.0f);
+    diff_attention(q, k, q, k, v, 0.3f, out, o);
+    CHECK(out.isZero(0));
+    for (DintIntegral integral : {DintIntegral::causal_softmax, DintIntegral::causal_mean}) {
+        out.setConstant(7.0f);
+        dint_attention(q, k, q, k, v, 0.3f, integral, out, o);
+        CHECK(out.isZero(0));
+    }
+    o.mask = MaskKind::none;
+    out.setConstant(7.0f);
+    dint_attention(q, k, q, k, v, 0.3f, DintIntegral::global_mean, out, o);
+    CHECK(out.isZero(0));
+}
+
+// ---- KV cache and combinations of options ---------------------------------------------------------
+
+TEST_CASE("cache overflow", "[catalogue][kv_cache]") {
+    const DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::dint), 7);
+    ForwardState<float> state = model.make_state(8);
+    KvCache<float> cache = model.make_cache(6);
+    model.forward({1, 2, 3, 4}, state, &cache);
+    CHECK_ERROR(ShapeError, model.forward({5, 6, 7}, state, &cache), "DecoderModel::forward",
+                "the KvCache holds 4 of at most 6 tokens, so 3 more (7) would pass its max_len", "does not grow");
+    CHECK(cache.length() == 4);  // unchanged, still usable
+    const RowMatrix<float> next = model.forward({5, 6}, state, &cache);
+    CHECK((next.row(1) - model.logits({1, 2, 3, 4, 5, 6}).row(5)).cwiseAbs().maxCoeff() < 1e-4f);
+    CHECK_ERROR(ShapeError, model.make_cache(0), "KvCache: max_len must be > 0, got 0");
+}
+
+TEST_CASE("KV cache of another model", "[catalogue][kv_cache]") {
+    const DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::dint), 7);
+    const DecoderModel<float> other = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 7);
+    ForwardState<float> state = model.make_state(4);
+    KvCache<float> cache = other.make_cache(8);
+    CHECK_ERROR(ShapeError, model.forward({1}, state, &cache), "the KvCache was made for another configuration");
+}
+
+TEST_CASE("global_mean with a causal mask", "[catalogue][combinations]") {
+    const RowMatrix<float> q = random_matrix<float>(6, 4, 1), k = random_matrix<float>(6, 4, 2);
+    const RowMatrix<float> v = random_matrix<float>(6, 8, 3);
+    RowMatrix<float> out(6, 8);
+    CHECK_ERROR(OptionError, dint_attention(q, k, q, k, v, 0.5f, DintIntegral::global_mean, out),
+                "dint_attention: integral global_mean sees the future and needs mask none");
+    ModelConfig c = tiny(AttentionKind::dint);
+    c.dint_integral = DintIntegral::global_mean;  // causal: true by default
+    CHECK_ERROR(ConfigError, DecoderModel<float>(c), "global_mean", "needs \"causal\": false");
+    CHECK_ERROR(ConfigError, model_config_from_json_text(model_config_to_json(c).dump()), "global_mean",
+                "needs \"causal\": false");
+}
+
+TEST_CASE("global_mean with a KV cache", "[catalogue][combinations]") {
+    ModelConfig c = tiny(AttentionKind::dint);
+    c.dint_integral = DintIntegral::global_mean;
+    c.causal = false;
+    const DecoderModel<float> model = DecoderModel<float>::seeded(c, 8);
+    CHECK_ERROR(OptionError, model.make_cache(8), "KvCache", "global_mean", "cannot be decoded incrementally");
+    // The kernel refuses a history of earlier rows.
+    const RowMatrix<float> q = random_matrix<float>(2, 4, 1), k = random_matrix<float>(6, 4, 2);
+    const RowMatrix<float> v = random_matrix<float>(6, 8, 3);
+    RowMatrix<float> out(2, 8);
+    AttentionOptions o;
+    o.mask = MaskKind::none;
+    DintHistory<float> history;
+    history.rows = 4;
+    CHECK_ERROR(OptionError, dint_attention(q, k, q, k, v, 0.5f, DintIntegral::global_mean, out, o, &history),
+                "global_mean cannot continue from a history (KV cache) of 4 rows");
+}
+
+TEST_CASE("encoder with a KV cache", "[catalogue][combinations]") {
+    ModelConfig c = tiny(AttentionKind::diff);
+    c.causal = false;
+    const DecoderModel<float> model = DecoderModel<float>::seeded(c, 9);
+    CHECK_ERROR(OptionError, model.make_cache(8), "KvCache: the model is a bidirectional encoder",
+                "needs a causal decoder");
+    CHECK_ERROR(OptionError, KvCache<float>(c, 8), "bidirectional encoder");
+}
+
+TEST_CASE("causal DINT integral over cached keys without their history", "[catalogue][combinations]") {
+    const RowMatrix<float> q = random_matrix<float>(2, 4, 1), k = random_matrix<float>(6, 4, 2);
+    const RowMatrix<float> v = random_matrix<float>(6, 8, 3);
+    RowMatrix<float> out(2, 8);
+    CHECK_ERROR(OptionError, dint_attention(q, k, q, k, v, 0.5f, DintIntegral::causal_mean, out),
+                "a causal integral over 4 cached rows needs their DintHistory");
+    DintHistory<float> wrong;
+    wrong.rows = 3;
+    CHECK_ERROR(OptionError, dint_attention(q, k, q, k, v, 0.5f, DintIntegral::causal_softmax, out, {}, &wrong),
+                "history has 3 rows", "need history rows == S - N = 4");
+}
