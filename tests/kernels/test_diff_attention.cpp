@@ -43,6 +43,35 @@ TEMPLATE_TEST_CASE("diff_attention matches the reference (SPEC 7) on tile-edge a
     for (std::size_t i = 0; i < cases.size(); ++i) check_diff_case<T>(rng, cases[i], i % 2 == 0 ? nullptr : &workspace);
 }
 
+TEMPLATE_TEST_CASE("diff_attention over several query groups: SPEC 7, and identical for 1, 2 and 3 threads",
+                   "[kernels][diff_attention][threads]", float, double) {
+    // As the softmax test of the same name: shapes spanning several query groups (kGroupRows).
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    const Index shapes[][2] = {{2 * kGroupRows + kQueryTile + 3, 2 * kGroupRows + kQueryTile + 3},
+                               {kGroupRows + 1, kGroupRows + 1 + kKeyTile + 9}};
+    for (const auto& shape : shapes) {
+        for (MaskKind mask : {MaskKind::causal, MaskKind::none}) {
+            KernelCase c;
+            c.seq_len_q = shape[0];
+            c.seq_len_kv = shape[1];
+            c.head_dim = 16;
+            c.value_dim = 32;
+            c.mask = mask;
+            INFO(c.describe());
+            check_diff_case<T>(rng, c, nullptr);
+            const auto in = random_diff_inputs<T>(rng, c);
+            RowMatrix<T> one(c.seq_len_q, c.value_dim), more(c.seq_len_q, c.value_dim);
+            diffattn::diff_attention(in.q1, in.k1, in.q2, in.k2, in.v, in.lambda, one, c.options());
+            for (int threads : {2, 3}) {
+                c.threads = threads;
+                diffattn::diff_attention(in.q1, in.k1, in.q2, in.k2, in.v, in.lambda, more, c.options());
+                CHECK((more.array() == one.array()).all());
+            }
+        }
+    }
+}
+
 TEMPLATE_TEST_CASE("diff_attention: heads are column blocks of wider matrices, output into a column block",
                    "[kernels][diff_attention]", float, double) {
     using T = TestType;

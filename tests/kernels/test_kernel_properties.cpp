@@ -277,6 +277,35 @@ TEMPLATE_TEST_CASE("logits of +-1e4 stay finite in every kernel (softmax subtrac
     }
 }
 
+TEMPLATE_TEST_CASE("hidden keys add exactly nothing: huge finite future values leave earlier rows unchanged",
+                   "[kernels][properties]", float, double) {
+    // Masked probabilities must be exact zeros (not exp(-inf) ~ 1e-38, which times a value of 1e37
+    // would leak into the row), so rows that cannot see the changed value rows stay bit-identical.
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    KernelCase c;
+    c.seq_len_q = kGroupRows + kQueryTile + 5;  // several query groups and blocks
+    c.seq_len_kv = c.seq_len_q;
+    c.head_dim = 8;
+    c.value_dim = 24;
+    c.mask = MaskKind::causal;
+    const Index first_changed = kGroupRows + 3;  // mid block, mid key tile
+    const DiffInputs<T> clean = random_diff_inputs<T>(rng, c);
+    DiffInputs<T> huge = clean;
+    huge.v.bottomRows(c.seq_len_kv - first_changed).setConstant(std::numeric_limits<T>::max() / 8);
+    const AttentionOptions o = c.options();
+    const AllOutputs<T> before = run_all(clean, o), after = run_all(huge, o);
+    const auto earlier_rows_equal = [&](const RowMatrix<T>& a, const RowMatrix<T>& b) {
+        return (a.topRows(first_changed).array() == b.topRows(first_changed).array()).all();
+    };
+    CHECK(earlier_rows_equal(before.softmax, after.softmax));
+    CHECK(earlier_rows_equal(before.diff, after.diff));
+    for (std::size_t i = 0; i < before.dint.size(); ++i) {
+        INFO(integral_name(before.dint[i].first));
+        CHECK(earlier_rows_equal(before.dint[i].second, after.dint[i].second));
+    }
+}
+
 TEMPLATE_TEST_CASE("a NaN input reaches only the outputs that depend on it, and never crashes", "[kernels][properties]",
                    float, double) {
     using T = TestType;

@@ -40,6 +40,43 @@ TEMPLATE_TEST_CASE("softmax_attention matches the reference (SPEC 7) on tile-edg
         check_softmax_case<T>(rng, cases[i], i % 2 == 0 ? nullptr : &workspace);
 }
 
+TEMPLATE_TEST_CASE("softmax_attention over several query groups: SPEC 7, and identical for 1, 2 and 3 threads",
+                   "[kernels][softmax_attention][threads]", float, double) {
+    // The shapes above fit in one query group (kGroupRows rows); these span several, with a
+    // partial last group and block, a KV cache (S > N) and key padding, so a group's earlier
+    // blocks see fewer keys than its later ones.
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    struct Shape {
+        Index n, s;
+        std::optional<Index> valid_len;
+    };
+    const Shape shapes[] = {{2 * kGroupRows + kQueryTile + 3, 2 * kGroupRows + kQueryTile + 3, std::nullopt},
+                            {kGroupRows + 1, kGroupRows + 1 + kKeyTile + 9, std::nullopt},
+                            {kGroupRows + kQueryTile - 5, kGroupRows + 2 * kKeyTile, kGroupRows + kKeyTile + 17}};
+    for (const Shape& shape : shapes) {
+        for (MaskKind mask : {MaskKind::causal, MaskKind::none}) {
+            KernelCase c;
+            c.seq_len_q = shape.n;
+            c.seq_len_kv = shape.s;
+            c.head_dim = 24;
+            c.value_dim = 40;
+            c.mask = mask;
+            c.valid_len = shape.valid_len;
+            INFO(c.describe());
+            check_softmax_case<T>(rng, c, nullptr);
+            const auto in = random_diff_inputs<T>(rng, c);
+            RowMatrix<T> one(c.seq_len_q, c.value_dim), more(c.seq_len_q, c.value_dim);
+            diffattn::softmax_attention(in.q1, in.k1, in.v, one, c.options());
+            for (int threads : {2, 3}) {
+                c.threads = threads;
+                diffattn::softmax_attention(in.q1, in.k1, in.v, more, c.options());
+                CHECK((more.array() == one.array()).all());
+            }
+        }
+    }
+}
+
 TEMPLATE_TEST_CASE("softmax_attention: heads are column blocks of wider matrices, output into a column block",
                    "[kernels][softmax_attention]", float, double) {
     using T = TestType;

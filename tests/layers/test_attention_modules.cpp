@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
@@ -108,6 +109,7 @@ naive::Mat reference_output(MultiHeadAttention<T>& module, const RowMatrix<T>& x
 template <typename T>
 RowMatrix<T> run(const MultiHeadAttention<T>& module, const RowMatrix<T>& x, int threads = 1) {
     AttentionScratch<T> scratch(module.config(), x.rows() + 3, threads);
+    scratch.min_parallel_flops = 0;  // these small calls on `threads` threads too (thread-count tests)
     RowMatrix<T> y(x.rows(), module.config().d_model);
     module.forward(x, y, scratch);
     return y;
@@ -186,6 +188,29 @@ TEMPLATE_TEST_CASE("results do not depend on the number of threads", "[layers][a
             CHECK((run(module, x, threads) - one).cwiseAbs().maxCoeff() == T(0));
         }
     }
+}
+
+TEST_CASE("heads stay on one thread when their work is below min_parallel_flops per thread",
+          "[layers][attention][threads]") {
+    std::vector<int> workspaces(3);
+    const auto threads_used = [&](double flops, double min_flops_per_thread) {
+        std::vector<int> thread_of_head(8, -1);
+        detail::for_each_head(8, 3, flops, min_flops_per_thread, workspaces, [&](Index h, int& workspace) {
+            thread_of_head[static_cast<std::size_t>(h)] = static_cast<int>(&workspace - workspaces.data());
+        });
+        return *std::max_element(thread_of_head.begin(), thread_of_head.end()) + 1;
+    };
+    // A one-token decode step of a small model: ~1 MFLOP.
+    CHECK(threads_used(1e6, detail::kMinParallelFlopsPerThread) == 1);
+    CHECK(detail::threads_for_work(3, 1e6) == 1);
+    CHECK(detail::threads_for_work(3, 2.5 * detail::kMinParallelFlopsPerThread) == 2);
+    CHECK(detail::threads_for_work(3, 1e12) == 3);
+    CHECK(detail::threads_for_work(3, 1.0, 0.0) == 3);
+    CHECK(detail::threads_for_work(1, 1e12) == 1);
+#if defined(DIFFATTN_HAS_OPENMP)
+    CHECK(threads_used(1e12, detail::kMinParallelFlopsPerThread) > 1);
+    CHECK(threads_used(1e6, 0.0) > 1);
+#endif
 }
 
 TEST_CASE("GQA pairing conventions differ for rep > 1 and coincide for rep = 1", "[layers][attention]") {

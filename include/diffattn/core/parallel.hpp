@@ -29,6 +29,26 @@ inline int available_threads(int requested) {
 #endif
 }
 
+/// Work below which a parallel region costs more than it saves, in flops per thread. Forking and
+/// joining an OpenMP team costs microseconds on an idle machine, and up to a scheduler time slice
+/// (milliseconds) when the cores are shared, because a worker thread that went to sleep must be
+/// woken and scheduled: one-token decode steps of the small benchmark model (0.5-2 MFLOP of
+/// attention per layer at contexts 512-2048) ran 3-5x slower on 2 threads than on 1 on a loaded
+/// machine. 4 MFLOP is ~0.05-0.5 ms of one core (GEMM-like to matrix-vector speed).
+inline constexpr double kMinParallelFlopsPerThread = 4e6;
+
+/// Threads worth starting for `flops` of work split over independent tasks: `requested` (at least
+/// 1), but no more than one per `min_flops_per_thread`, so small calls stay on the calling thread
+/// (min_flops_per_thread = 0: always `requested`). Only the thread count changes, so callers whose
+/// results do not depend on it stay bit-identical.
+inline int threads_for_work(int requested, double flops, double min_flops_per_thread = kMinParallelFlopsPerThread) {
+    if (requested <= 1) return 1;
+    if (!(min_flops_per_thread > 0)) return requested;
+    const double worth = flops / min_flops_per_thread;  // threads the work pays for
+    if (worth < 2) return 1;
+    return worth < requested ? static_cast<int>(worth) : requested;
+}
+
 /// How parallel_for hands tasks to threads.
 enum class Schedule {
     equal_tasks,   ///< tasks cost about the same: contiguous ranges, one per thread

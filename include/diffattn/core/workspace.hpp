@@ -18,20 +18,54 @@ namespace diffattn {
 /// Query rows per block and keys per tile of the tiled core.
 inline constexpr Index kQueryTile = 64;
 inline constexpr Index kKeyTile = 128;
+/// Softmax and DIFF run the query blocks in groups of kGroupBlocks: a group packs each key / value
+/// tile once for all its blocks, so packing costs 1/kGroupBlocks of what it costs per block.
+/// The group's accumulators [kGroupRows x value_dim] (256 KB at value width 256) stay in L2.
+inline constexpr Index kGroupBlocks = 4;
+inline constexpr Index kGroupRows = kGroupBlocks * kQueryTile;
 
 /// Number of query blocks of kQueryTile rows covering `seq_len_q` rows.
 inline Index query_block_count(Index seq_len_q) { return (seq_len_q + kQueryTile - 1) / kQueryTile; }
+/// Number of query groups of kGroupRows rows covering `seq_len_q` rows.
+inline Index query_group_count(Index seq_len_q) { return (seq_len_q + kGroupRows - 1) / kGroupRows; }
 
-/// What one thread needs to run one query block: a logits tile and the online-softmax states of
-/// up to three maps. O(kQueryTile * (kKeyTile + 3 * value_dim)).
+/// Operands of the tiled core's products in the packed layout of Eigen's GEMM kernel
+/// (detail::PackedProduct): each is packed once and reused by every product that reads it.
+template <typename T>
+struct PackedTiles {
+    Vector<T> queries;        ///< [kGroupRows * head_dim] the query rows of a group (Q^T, gebp's B)
+    Vector<T> keys;           ///< [kKeyTile * head_dim] a key tile (gebp's A)
+    Vector<T> values;         ///< [kKeyTile * value_dim] a value tile, transposed (gebp's A)
+    Vector<T> probabilities;  ///< [kQueryTile * kKeyTile] a block's probabilities, transposed (gebp's B)
+
+    void reserve(Index head_dim, Index value_dim) {
+        grow(queries, kGroupRows * head_dim);
+        grow(keys, kKeyTile * head_dim);
+        grow(values, kKeyTile * value_dim);
+        grow(probabilities, kQueryTile * kKeyTile);
+    }
+
+private:
+    static void grow(Vector<T>& v, Index size) {
+        if (v.size() < size) v.resize(size);
+    }
+};
+
+/// What one thread needs to run one query group: a logits tile, the packed operands and the
+/// online-softmax states of up to three maps. O(kGroupRows * (head_dim + 2 * value_dim) +
+/// kQueryTile * value_dim + kKeyTile * (kQueryTile + head_dim + value_dim)).
 template <typename T>
 struct BlockScratch {
     RowMatrix<T> logits;                           ///< [kQueryTile x kKeyTile] logits / probabilities of one tile
-    std::array<OnlineSoftmaxState<T>, 3> states;   ///< map 1, map 2, DINT's integral map
+    PackedTiles<T> packed;                         ///< packed operands of the tile products
+    std::array<OnlineSoftmaxState<T>, 3> states;   ///< map 1, map 2 (a group each), DINT's integral map (a block)
 
-    void reserve(Index value_dim) {
+    void reserve(Index head_dim, Index value_dim) {
         if (logits.rows() < kQueryTile || logits.cols() < kKeyTile) logits.resize(kQueryTile, kKeyTile);
-        for (auto& state : states) state.reserve(kQueryTile, value_dim);
+        packed.reserve(head_dim, value_dim);
+        states[0].reserve(kGroupRows, value_dim);
+        states[1].reserve(kGroupRows, value_dim);
+        states[2].reserve(kQueryTile, value_dim);
     }
 };
 
@@ -54,13 +88,13 @@ public:
     }
 
     /// Makes room for calls up to these sizes with up to `threads` threads. Memory:
-    /// threads * O(kQueryTile * (kKeyTile + 3 * value_dim)) + O(seq_len_kv) for DINT causal_softmax
-    /// + O(seq_len_q / kQueryTile * value_dim) for DINT's mean modes (+ O(threads^2 * seq_len_kv)
+    /// threads * O(kGroupRows * (head_dim + 2 * value_dim)) (BlockScratch) + O(seq_len_kv) for DINT
+    /// causal_softmax + O(seq_len_q / kQueryTile * value_dim) for DINT's mean modes (+ O(threads^2 * seq_len_kv)
     /// with several threads); nothing grows as seq_len_q * seq_len_kv (no N x S buffer anywhere).
-    void reserve(Index seq_len_q, Index seq_len_kv, Index /*head_dim*/, Index value_dim, int threads = 1) {
+    void reserve(Index seq_len_q, Index seq_len_kv, Index head_dim, Index value_dim, int threads = 1) {
         const Index t = std::max(threads, 1);
         if (blocks_.size() < static_cast<std::size_t>(t)) blocks_.resize(static_cast<std::size_t>(t));
-        for (auto& block : blocks_) block.reserve(value_dim);
+        for (auto& block : blocks_) block.reserve(head_dim, value_dim);
         grow_to(block_row_sums_, query_block_count(seq_len_q), value_dim);
         grow_to(block_row_compensation_, query_block_count(seq_len_q), value_dim);
         grow_to(running_row_sum_, value_dim);

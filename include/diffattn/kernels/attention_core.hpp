@@ -1,10 +1,11 @@
 // The one tiled online-softmax core that every attention variant reuses.
 //
-// attend_block() runs FlashAttention's loop for one block of at most kQueryTile query rows:
-// visit the key tiles the mask allows, turn each tile into logits with a Logits policy, fold
-// them into an OnlineSoftmaxState, and accumulate P V. Variants differ only in the Logits
-// policy (scaled Q K^T, or DINT's integral G) and in how they combine the states of several
-// maps (SPEC 2.2, 2.3). No N x S buffer is ever held: scratch is one kQueryTile x kKeyTile tile.
+// attend_block() runs FlashAttention's loop for one group of at most kGroupRows query rows (one
+// or several blocks of kQueryTile): visit the key tiles the mask allows, turn each tile into
+// logits with a Logits policy, fold them into an OnlineSoftmaxState, and accumulate P V. Variants
+// differ only in the Logits policy (scaled Q K^T, or DINT's integral G) and in how they combine
+// the states of several maps (SPEC 2.2, 2.3). No N x S buffer is ever held: scratch is one
+// kQueryTile x kKeyTile tile plus packed operands (PackedTiles).
 #pragma once
 
 #include "diffattn/core/checks.hpp"
@@ -18,60 +19,162 @@
 #include "diffattn/kernels/tile_product.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
+#include <optional>
 #include <type_traits>
+#include <utility>
 
 namespace diffattn::detail {
 
-/// Logits policy of ordinary attention: tile = Q[q rows] K[k rows]^T (the core applies the scale).
+/// Query groups of fewer rows multiply their tiles unpacked, with ordinary Eigen products: packing
+/// a key / value tile costs about as much as multiplying it by a few query rows, and Eigen multiplies
+/// a single row (a one-token decode step) as a matrix-vector product, without packing. Packed
+/// products made such steps ~20% slower.
+inline constexpr Index kMinPackedRows = 8;
+
+/// Logits policy of ordinary attention: tile = s Q[q rows] K[k rows]^T.
+/// A policy has three steps, so that each operand is packed once: pack_queries() once per query
+/// group, pack_keys() once per key tile, then operator() for each block of the group. For a group
+/// of fewer than kMinPackedRows rows the core skips the packing and passes `packed = nullptr`.
 template <typename T>
 class DotProductLogits {
 public:
-    DotProductLogits(const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k) : q_(q), k_(k) {}
+    DotProductLogits(const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k, T scale) : q_(q), k_(k), scale_(scale) {}
 
-    /// tile [rows x keys] = Q[q_begin : q_begin + rows] K[k_begin : k_begin + keys]^T.
+    /// Packs the query rows [q_begin, q_begin + q_rows) of a group (Q^T, the products' B operand).
+    void pack_queries(Index q_begin, Index q_rows, PackedTiles<T>& packed) const {
+        PackedProduct<T>::pack_rows_as_rhs(packed.queries.data(), q_.middleRows(q_begin, q_rows));
+    }
+    /// Packs the key rows [k_begin, k_begin + keys) (the products' A operand).
+    void pack_keys(Index k_begin, Index keys, PackedTiles<T>& packed) const {
+        PackedProduct<T>::pack_rows_as_lhs(packed.keys.data(), k_.middleRows(k_begin, keys));
+    }
+    /// tile [rows x keys] = s Q[q_begin : q_begin + rows] K[k_begin : k_begin + keys]^T. Packed: with
+    /// q_begin - group_begin a multiple of kQueryTile (so the block's packed rows start a fresh panel)
+    /// and keys the packed count.
     template <typename Tile>
-    void operator()(Index q_begin, Index k_begin, Tile& tile) const {
-        tile_product<false>(tile, q_.middleRows(q_begin, tile.rows()), k_.middleRows(k_begin, tile.cols()).transpose());
+    void operator()(Index q_begin, Index group_begin, Index k_begin, Tile& tile, const PackedTiles<T>* packed) const {
+        static_assert(kQueryTile % PackedProduct<T>::rhs_panel == 0, "blocks must start on a packed panel");
+        if (packed == nullptr) {
+            tile_product<false>(tile, q_.middleRows(q_begin, tile.rows()), k_.middleRows(k_begin, tile.cols()).transpose());
+            tile *= scale_;
+            return;
+        }
+        const Index depth = q_.cols();
+        tile.setZero();  // gebp accumulates; the scale rides on its alpha
+        PackedProduct<T>::multiply_transposed(tile, packed->keys.data(), depth,
+                                              packed->queries.data() + (q_begin - group_begin) * depth, depth, scale_);
     }
 
 private:
     const ConstMatrixRef<T>& q_;  // [N x d]
     const ConstMatrixRef<T>& k_;  // [S x d]
+    T scale_;
 };
 
-/// Runs the online softmax of one query block [q_begin, q_begin + q_rows) over every key tile the
-/// mask lets it see. On return `state` holds the block's {acc, m, l}.
-///   logit_scale: the logical logit is logit_scale * (what `logits` writes); must be > 0.
-///   v:           [S x value_dim] values.
-///   tile_buffer: at least [kQueryTile x kKeyTile] scratch.
+/// Whether every entry of `m` is finite: inf - inf and NaN - NaN are NaN, and a sum with a NaN
+/// is NaN. One vectorised pass (Eigen's allFinite() is a scalar loop, ~3% of the kernel here).
+template <typename Matrix>
+bool all_finite(const Matrix& m) {
+    return !std::isnan((m.array() - m.array()).sum());
+}
+
+/// Runs the online softmax of one query group [q_begin, q_begin + q_rows), q_rows <= kGroupRows,
+/// over every key tile the mask lets it see. Key tiles are the outer loop: each key / value tile is
+/// packed once and used by every block of kQueryTile rows of the group that sees it. On return
+/// `state` holds the group's {acc, m, l}.
+///   logits: the Logits policy (see DotProductLogits); it writes the logical (scaled) logits.
+///   v:      [S x value_dim] values.
+/// Groups are fixed runs of kGroupRows rows, whatever the thread count, so results are
+/// bit-identical for every thread count.
 template <typename T, typename Logits, typename Mask>
-void attend_block(Logits& logits, T logit_scale, const Mask& mask, Index q_begin, Index q_rows,
-                  const ConstMatrixRef<T>& v, RowMatrix<T>& tile_buffer, OnlineSoftmaxState<T>& state) {
+void attend_block(Logits& logits, const Mask& mask, Index q_begin, Index q_rows, const ConstMatrixRef<T>& v,
+                  BlockScratch<T>& scratch, OnlineSoftmaxState<T>& state) {
+    assert(q_rows <= kGroupRows);
+    using Product = PackedProduct<T>;
+    PackedTiles<T>& packed = scratch.packed;
+    const bool pack = q_rows >= kMinPackedRows;
     state.reset(q_rows, v.cols());
+    if (pack) logits.pack_queries(q_begin, q_rows, packed);
     const Index visit_end = block_visit_end(mask, q_begin, q_begin + q_rows);
-    const Index unmasked_end = block_unmasked_end(mask, q_begin);
     for (Index k_begin = 0; k_begin < visit_end; k_begin += kKeyTile) {
         const Index k_count = std::min(kKeyTile, visit_end - k_begin);
-        auto tile = tile_buffer.topLeftCorner(q_rows, k_count);
-        logits(q_begin, k_begin, tile);
-        const bool masked = k_begin + k_count > unmasked_end;
-        state.update(tile, logit_scale, v.middleRows(k_begin, k_count), masked,
-                     [&](Index r) { return visible_keys_in_tile(mask, q_begin + r, k_begin, k_count); });
+        const auto values = v.middleRows(k_begin, k_count);
+        if (pack) Product::pack_transpose_as_lhs(packed.values.data(), values);
+        Index packed_keys = 0;  // keys of this tile in packed.keys (a packing is not sliceable by keys)
+        std::optional<bool> values_finite;  // checked once per tile, and only if a block needs to know
+        const auto tile_values_finite = [&] {
+            if (!values_finite) values_finite = all_finite(values);
+            return *values_finite;
+        };
+        for (Index b_offset = 0; b_offset < q_rows; b_offset += kQueryTile) {
+            const Index b_begin = q_begin + b_offset, b_rows = std::min(kQueryTile, q_rows - b_offset);
+            // Under a causal mask an earlier block of the group sees fewer keys: it skips tiles
+            // wholly in its future and uses a prefix of the last one it sees. The blocks come in
+            // order, so the keys they see only grow: on the diagonal the key tile is packed again
+            // for each longer prefix (each block computes only the logits it can see), elsewhere
+            // once for the whole group.
+            const Index b_keys = std::min(k_count, block_visit_end(mask, b_begin, b_begin + b_rows) - k_begin);
+            if (b_keys <= 0) continue;
+            if (pack && packed_keys != b_keys) {
+                logits.pack_keys(k_begin, b_keys, packed);
+                packed_keys = b_keys;
+            }
+            auto probabilities = scratch.logits.topLeftCorner(b_rows, b_keys);
+            logits(b_begin, q_begin, k_begin, probabilities, pack ? &packed : nullptr);
+            const bool masked = k_begin + b_keys > block_unmasked_end(mask, b_begin);
+            const Index min_visible = state.fold(b_offset, probabilities, masked, [&](Index r) {
+                return visible_keys_in_tile(mask, b_begin + r, k_begin, b_keys);
+            });
+            // acc += P V. Masked probabilities are exact zeros, so one product over the whole tile is
+            // exact unless a value row hidden from some query holds Inf/NaN (0 * NaN = NaN would leak
+            // into a row that must not depend on it): then each row multiplies only its visible prefix.
+            auto acc = state.accumulator_rows(b_offset, b_rows);
+            const auto block_values = values.topRows(b_keys);
+            if (min_visible == b_keys || tile_values_finite()) {
+                if (pack) {
+                    Product::pack_rows_as_rhs(packed.probabilities.data(), probabilities);
+                    Product::multiply_transposed(acc, packed.values.data(), k_count, packed.probabilities.data(), b_keys,
+                                                 T(1));
+                } else {
+                    tile_product<true>(acc, probabilities, block_values);
+                }
+            } else {
+                for (Index r = 0; r < b_rows; ++r) {
+                    const Index n = visible_keys_in_tile(mask, b_begin + r, k_begin, b_keys);
+                    if (n > 0) acc.row(r).noalias() += probabilities.row(r).head(n) * block_values.topRows(n);
+                }
+            }
+        }
     }
 }
 
-/// Calls f(q_begin, q_rows, scratch) for each block of at most kQueryTile query rows, on up to
-/// `threads` threads, each block with
-/// the block scratch of the thread running it. Blocks must be independent. Under a causal mask a
-/// later block sees more keys, so the blocks are handed out last first (the heaviest first).
+/// Calls f(q_begin, q_rows, scratch) for each block of at most `rows_per_task` query rows
+/// (kQueryTile or kGroupRows), on up to `threads` threads, each with the scratch of the thread
+/// running it. Tasks must be independent. Under a causal mask a later task sees more keys, so the
+/// tasks are handed out last first (the heaviest first).
 template <typename T, typename Mask, typename F>
-void for_each_query_block(Index seq_len_q, int threads, const Mask& /*mask*/, AttentionWorkspace<T>& ws, F&& f) {
+void for_each_query_task(Index seq_len_q, Index rows_per_task, int threads, const Mask& /*mask*/,
+                         AttentionWorkspace<T>& ws, F&& f) {
     constexpr Schedule schedule = std::is_same_v<Mask, CausalMask> ? Schedule::largest_first : Schedule::equal_tasks;
-    parallel_for(query_block_count(seq_len_q), threads, schedule, [&](Index b, int thread) {
-        const Index q_begin = b * kQueryTile;
-        f(q_begin, std::min(kQueryTile, seq_len_q - q_begin), ws.block(thread));
+    const Index tasks = (seq_len_q + rows_per_task - 1) / rows_per_task;
+    parallel_for(tasks, threads, schedule, [&](Index b, int thread) {
+        const Index q_begin = b * rows_per_task;
+        f(q_begin, std::min(rows_per_task, seq_len_q - q_begin), ws.block(thread));
     });
+}
+
+/// for_each_query_task over blocks of kQueryTile rows (DINT, whose integral runs block by block).
+template <typename T, typename Mask, typename F>
+void for_each_query_block(Index seq_len_q, int threads, const Mask& mask, AttentionWorkspace<T>& ws, F&& f) {
+    for_each_query_task(seq_len_q, kQueryTile, threads, mask, ws, std::forward<F>(f));
+}
+
+/// for_each_query_task over groups of kGroupRows rows (softmax, DIFF).
+template <typename T, typename Mask, typename F>
+void for_each_query_group(Index seq_len_q, int threads, const Mask& mask, AttentionWorkspace<T>& ws, F&& f) {
+    for_each_query_task(seq_len_q, kGroupRows, threads, mask, ws, std::forward<F>(f));
 }
 
 /// Options after validation, with defaults filled in.

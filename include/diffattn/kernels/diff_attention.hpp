@@ -21,16 +21,16 @@ ResolvedOptions check_differential(const char* function, const ConstMatrixRef<T>
     return check_attention<T>(function, "Q1", "K1", "V", q1, k1, v, out, options);
 }
 
-/// The two maps of one query block: fills `map1`, `map2` and writes out = O1 - lambda O2
-/// for rows [q_begin, q_begin + q_rows). Shared by DIFF and DINT.
+/// The two maps of one query block or group (q_rows <= kGroupRows): fills `map1`, `map2` and
+/// writes out = O1 - lambda O2 for rows [q_begin, q_begin + q_rows). Shared by DIFF and DINT.
 template <typename T, typename Mask>
-void differential_block(const DotProductLogits<T>& logits1, const DotProductLogits<T>& logits2, T scale,
-                        const Mask& mask, Index q_begin, Index q_rows, const ConstMatrixRef<T>& v, T lambda,
+void differential_block(const DotProductLogits<T>& logits1, const DotProductLogits<T>& logits2, const Mask& mask,
+                        Index q_begin, Index q_rows, const ConstMatrixRef<T>& v, T lambda,
                         BlockScratch<T>& scratch, MatrixRef<T>& out) {
     OnlineSoftmaxState<T>& map1 = scratch.states[0];
     OnlineSoftmaxState<T>& map2 = scratch.states[1];
-    attend_block(logits1, scale, mask, q_begin, q_rows, v, scratch.logits, map1);
-    attend_block(logits2, scale, mask, q_begin, q_rows, v, scratch.logits, map2);
+    attend_block(logits1, mask, q_begin, q_rows, v, scratch, map1);
+    attend_block(logits2, mask, q_begin, q_rows, v, scratch, map2);
     for (Index r = 0; r < q_rows; ++r) {
         out.row(q_begin + r) = map1.normalized_row(r) - lambda * map2.normalized_row(r);
     }
@@ -44,11 +44,11 @@ void diff_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, co
     AttentionWorkspace<T> local;
     AttentionWorkspace<T>& ws =
         prepare_workspace(workspace, local, q1.rows(), k1.rows(), q1.cols(), v.cols(), resolved.threads);
-    const DotProductLogits<T> logits1(q1, k1), logits2(q2, k2);
+    const DotProductLogits<T> logits1(q1, k1, T(resolved.scale)), logits2(q2, k2, T(resolved.scale));
     dispatch_mask(resolved.mask, q1.rows(), k1.rows(), resolved.valid_len, [&](const auto& mask) {
-        for_each_query_block(q1.rows(), resolved.threads, mask, ws,
+        for_each_query_group(q1.rows(), resolved.threads, mask, ws,
                              [&](Index q_begin, Index q_rows, BlockScratch<T>& scratch) {
-                                 differential_block(logits1, logits2, T(resolved.scale), mask, q_begin, q_rows, v,
+                                 differential_block(logits1, logits2, mask, q_begin, q_rows, v,
                                                     lambda, scratch, out);
                              });
     });

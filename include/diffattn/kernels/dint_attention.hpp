@@ -54,15 +54,20 @@ private:
 /// Logits policy of DINT's causal_softmax integral map (dint-transformer-v2 eq. 5-6).
 /// For a tile it rebuilds the A1 tile, adds each row into the running column sums of A1 and writes
 /// G[r, j] = column_sum[j] / (rows so far) — values in [0, 1], used with logit scale 1.
-/// Rows must come in order: the running sums must hold every earlier row of the sequence.
+/// Rows must come in order: the running sums must hold every earlier row of the sequence, so the
+/// core runs this policy one block at a time (a group of one block: every tile is the block's own).
+/// It reads Q1 and K1 through A1Tiles, so it packs nothing.
 template <typename T, typename Mask>
 class IntegralLogits {
 public:
     IntegralLogits(const A1Tiles<T, Mask>& a1, VectorRef<T> column_sum, Index rows_before)
         : a1_(a1), column_sum_(column_sum), rows_before_(rows_before) {}
 
+    void pack_queries(Index /*q_begin*/, Index /*q_rows*/, PackedTiles<T>& /*packed*/) const {}
+    void pack_keys(Index /*k_begin*/, Index /*keys*/, PackedTiles<T>& /*packed*/) const {}
+
     template <typename Tile>
-    void operator()(Index q_begin, Index k_begin, Tile& tile) {
+    void operator()(Index q_begin, Index /*group_begin*/, Index k_begin, Tile& tile, const PackedTiles<T>* /*packed*/) {
         a1_(q_begin, k_begin, tile);
         auto column_sum = column_sum_.segment(k_begin, tile.cols());
         for (Index r = 0; r < tile.rows(); ++r) {
@@ -150,8 +155,8 @@ void check_dint(DintIntegral integral, const ResolvedOptions& resolved, Index se
 /// Sums run in Accumulator<T> with Kahan compensation, so identical rows (one-hot maps) do not pile
 /// up rounding errors.
 template <typename T, typename Mask>
-void dint_mean_integral(const DotProductLogits<T>& logits1, const DotProductLogits<T>& logits2, T scale,
-                        const Mask& mask, const ConstMatrixRef<T>& v, T lambda, DintIntegral integral,
+void dint_mean_integral(const DotProductLogits<T>& logits1, const DotProductLogits<T>& logits2, const Mask& mask,
+                        const ConstMatrixRef<T>& v, T lambda, DintIntegral integral,
                         const ResolvedOptions& resolved, Index seq_len_q, DintHistory<T>* history,
                         AttentionWorkspace<T>& ws, MatrixRef<T>& out) {
     using Wide = Accumulator<T>;
@@ -171,7 +176,7 @@ void dint_mean_integral(const DotProductLogits<T>& logits1, const DotProductLogi
     const auto row_weight = [&](Index n) { return Wide(lambda) / Wide(rows_before + n + 1); };
 
     for_each_query_block(seq_len_q, resolved.threads, mask, ws, [&](Index q_begin, Index q_rows, BlockScratch<T>& scratch) {
-        differential_block(logits1, logits2, scale, mask, q_begin, q_rows, v, lambda, scratch, out);
+        differential_block(logits1, logits2, mask, q_begin, q_rows, v, lambda, scratch, out);
         const OnlineSoftmaxState<T>& map1 = scratch.states[0];
         auto sum = block_sums.row(q_begin / kQueryTile).head(value_dim);
         auto error = block_errors.row(q_begin / kQueryTile).head(value_dim);
@@ -248,7 +253,7 @@ void dint_softmax_integral(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>&
         const A1Tiles<T, Mask> a1(q1, k1, scale, mask, row_max, row_sum);
         IntegralLogits<T, Mask> integral_logits(a1, column_sum, rows_before);
         OnlineSoftmaxState<T>& integral_map = scratch.states[2];
-        attend_block(integral_logits, T(1), mask, q_begin, q_rows, v, scratch.logits, integral_map);
+        attend_block(integral_logits, mask, q_begin, q_rows, v, scratch, integral_map);
         for (Index r = 0; r < q_rows; ++r) out.row(q_begin + r) += lambda * integral_map.normalized_row(r);
     };
 
@@ -260,7 +265,7 @@ void dint_softmax_integral(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>&
         const OnlineSoftmaxState<T>& map1 = scratch.states[0];
         for (Index q_begin = 0; q_begin < seq_len_q; q_begin += kQueryTile) {
             const Index q_rows = std::min(kQueryTile, seq_len_q - q_begin);
-            differential_block(logits1, logits2, scale, mask, q_begin, q_rows, v, lambda, scratch, out);
+            differential_block(logits1, logits2, mask, q_begin, q_rows, v, lambda, scratch, out);
             integral_block(q_begin, q_rows, map1.row_maxima(), map1.row_sums(), column_sum, scratch);
         }
         return;
@@ -295,7 +300,7 @@ void dint_softmax_integral(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>&
     Vector<T>& row_max = ws.map1_row_max();
     Vector<T>& row_sum = ws.map1_row_sum();
     for_each_query_block(seq_len_q, resolved.threads, mask, ws, [&](Index q_begin, Index q_rows, BlockScratch<T>& scratch) {
-        differential_block(logits1, logits2, scale, mask, q_begin, q_rows, v, lambda, scratch, out);
+        differential_block(logits1, logits2, mask, q_begin, q_rows, v, lambda, scratch, out);
         row_max.segment(q_begin, q_rows) = scratch.states[0].row_maxima();
         row_sum.segment(q_begin, q_rows) = scratch.states[0].row_sums();
     });
@@ -345,12 +350,12 @@ void dint_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, co
     AttentionWorkspace<T>& ws =
         prepare_workspace(workspace, local, seq_len_q, seq_len_kv, q1.cols(), value_dim, resolved.threads);
     const T scale = T(resolved.scale);
-    const DotProductLogits<T> logits1(q1, k1), logits2(q2, k2);
+    const DotProductLogits<T> logits1(q1, k1, scale), logits2(q2, k2, scale);
     dispatch_mask(resolved.mask, seq_len_q, seq_len_kv, resolved.valid_len, [&](const auto& mask) {
         if (integral == DintIntegral::causal_softmax) {
             dint_softmax_integral(q1, k1, logits1, logits2, scale, mask, v, lambda, resolved, seq_len_q, history, ws, out);
         } else {
-            dint_mean_integral(logits1, logits2, scale, mask, v, lambda, integral, resolved, seq_len_q, history, ws, out);
+            dint_mean_integral(logits1, logits2, mask, v, lambda, integral, resolved, seq_len_q, history, ws, out);
         }
     });
     if (history != nullptr) history->rows += seq_len_q;

@@ -4,10 +4,10 @@
 // l_r = sum_j exp(logit_j - m_r) and the un-normalised output acc_r = sum_j exp(logit_j - m_r) v_j.
 // A new tile of logits rescales the old values by exp(m_old - m_new) (SPEC 7: softmax subtracts
 // the row max). A row that saw no key has l_r = 0 and normalises to an all-zero row, never NaN.
+// A state serves a whole query group (kGroupRows); the core folds it one block of rows at a time.
 #pragma once
 
 #include "diffattn/core/types.hpp"
-#include "diffattn/kernels/tile_product.hpp"
 
 #include <Eigen/Core>
 
@@ -31,6 +31,8 @@ public:
         if (row_max_.size() < max_rows) {
             row_max_.resize(max_rows);
             row_sum_.resize(max_rows);
+            new_max_.resize(max_rows);
+            rescale_.resize(max_rows);
         }
     }
 
@@ -44,47 +46,81 @@ public:
         accumulator().setZero();
     }
 
-    /// Folds one tile of logits into the state.
-    ///   logits:      [rows x k] raw logits; the logical logit is logit_scale * logits(r, j).
+    /// Folds one tile of logits into rows [row_begin, row_begin + logits.rows()) of the state: updates
+    /// m and l and rescales acc, but leaves acc += P V to the caller (the core runs that product on
+    /// packed operands), through accumulator_rows().
+    ///   logits:      [rows x k] logits, already scaled (the logical logits), with rows padded: its
+    ///                outer stride is at least k rounded up to a SIMD packet, and the padding is scratch.
     ///                Overwritten with the probabilities exp(logit - m_new) (0 where masked).
-    ///   visible(r):  keys [0, visible(r)) of the tile are visible to row r (a prefix); pass
-    ///                `masked = false` when every row sees the whole tile (the fast path).
-    ///   values:      [k x value_dim] the value rows of the tile.
-    template <typename Logits, typename Values, typename Visible>
-    void update(Logits&& logits, T logit_scale, const Values& values, bool masked, const Visible& visible) {
+    ///   visible(r):  keys [0, visible(r)) of the tile are visible to row r of the tile (a prefix);
+    ///                pass `masked = false` when every row sees the whole tile (the fast path).
+    /// Returns the fewest keys any row sees (k when unmasked): value rows past it are hidden from some row.
+    template <typename Logits, typename Visible>
+    Index fold(Index row_begin, Logits&& logits, bool masked, const Visible& visible) {
+        namespace ei = Eigen::internal;
+        using Packet = typename ei::packet_traits<T>::type;
+        constexpr Index lanes = ei::packet_traits<T>::size;
+        constexpr Index chunk_rows = 16;  // rows whose rescale factors share one vector exp
+        constexpr T minus_inf = -std::numeric_limits<T>::infinity();
         const Index k = logits.cols();
-        assert(logits.rows() == rows_ && values.rows() == k && values.cols() == value_dim_);
-        Index min_visible = k;
-        for (Index r = 0; r < rows_; ++r) {
-            const Index n = masked ? visible(r) : k;
-            min_visible = std::min(min_visible, n);
-            auto row = logits.row(r);
-            if (n < k) row.tail(k - n).setZero();
-            if (n == 0) continue;  // nothing visible: state unchanged, probabilities all zero
-            auto seen = row.head(n).array();
-            const T tile_max = logit_scale * seen.maxCoeff();
-            const T new_max = std::max(row_max_[r], tile_max);
-            // exp(-inf) = 0 on the first tile; NaN logits propagate into this row only.
-            const T rescale = std::exp(row_max_[r] - new_max);
-            seen = (seen * logit_scale - new_max).exp();
-            row_sum_[r] = row_sum_[r] * rescale + seen.sum();
-            row_max_[r] = new_max;
-            if (rescale != T(1)) accumulator().row(r) *= rescale;
-        }
-        // acc += P V. Masked probabilities are exact zeros, so one GEMM over the whole tile is exact
-        // unless a value row hidden from some query holds Inf/NaN (0 * NaN = NaN would leak into a
-        // row that must not depend on it): then each row multiplies only its visible prefix.
-        const bool hidden_values_finite =
-            !masked || min_visible == k || values.bottomRows(k - min_visible).allFinite();
-        if (hidden_values_finite) {
-            detail::tile_product<true>(accumulator(), logits, values);
-        } else {
-            for (Index r = 0; r < rows_; ++r) {
-                const Index n = visible(r);
-                if (n > 0) accumulator().row(r).noalias() += logits.row(r).head(n) * values.topRows(n);
+        // Whole packets only, so no scalar tail (a scalar exp per odd key was ~5% of the kernel):
+        // hidden and padding lanes hold -inf for the max, and are zeroed after the exp.
+        const Index width = (k + lanes - 1) / lanes * lanes;
+        assert(row_begin + logits.rows() <= rows_ && logits.outerStride() >= width);
+        const auto keys_seen = [&](Index r) { return masked ? visible(r) : k; };
+        for (Index r0 = 0; r0 < logits.rows(); r0 += chunk_rows) {
+            const Index chunk = std::min(chunk_rows, logits.rows() - r0), i0 = row_begin + r0;
+            // Pass 1, per row: hide the masked keys and find the new running max.
+            for (Index r = r0; r < r0 + chunk; ++r) {
+                const Index n = keys_seen(r), i = row_begin + r;
+                T* row = &logits(r, 0);
+                new_max_[i] = row_max_[i];
+                if (n == 0) continue;
+                std::fill(row + n, row + width, minus_inf);
+                Packet packet_max = ei::pset1<Packet>(minus_inf);
+                for (Index j = 0; j < width; j += lanes) packet_max = ei::pmax(packet_max, ei::ploadu<Packet>(row + j));
+                new_max_[i] = std::max(row_max_[i], ei::predux_max(packet_max));
+            }
+            // exp(m_old - m_new) of the chunk's rows in one vector exp (a scalar exp per row and tile
+            // was ~3% of the kernel at d 64); exp(-inf) = 0 on the first tile.
+            rescale_.segment(i0, chunk) = (row_max_.segment(i0, chunk) - new_max_.segment(i0, chunk)).array().exp();
+            // Pass 2, per row while it is in L1: exp and its sum in one loop. NaN logits propagate
+            // into their own row only.
+            for (Index r = r0; r < r0 + chunk; ++r) {
+                const Index n = keys_seen(r), i = row_begin + r;
+                T* row = &logits(r, 0);
+                if (n == 0) {  // nothing visible: state unchanged, probabilities all zero
+                    std::fill(row, row + k, T(0));
+                    continue;
+                }
+                const Packet shift = ei::pset1<Packet>(new_max_[i]);
+                Packet packet_sum = ei::pset1<Packet>(T(0));
+                const Index full_end = n / lanes * lanes;  // packets of visible keys only
+                for (Index j = 0; j < full_end; j += lanes) {
+                    const Packet p = ei::pexp(ei::psub(ei::ploadu<Packet>(row + j), shift));
+                    ei::pstoreu(row + j, p);
+                    packet_sum = ei::padd(packet_sum, p);
+                }
+                if (full_end < n) ei::pstoreu(row + full_end, ei::pexp(ei::psub(ei::ploadu<Packet>(row + full_end), shift)));
+                // Hidden and padding lanes become exact zeros: Eigen's exp(-inf) is ~1e-38, not 0, and
+                // a hidden key must add nothing to the sum or to P V, however large its value.
+                std::fill(row + n, row + width, T(0));
+                if (full_end < n) packet_sum = ei::padd(packet_sum, ei::ploadu<Packet>(row + full_end));
+                const T rescale = rescale_[i];
+                row_sum_[i] = row_sum_[i] * rescale + ei::predux(packet_sum);
+                row_max_[i] = new_max_[i];
+                if (rescale != T(1)) accumulator().row(i) *= rescale;
             }
         }
+        Index min_visible = k;
+        if (masked) {
+            for (Index r = 0; r < logits.rows(); ++r) min_visible = std::min(min_visible, visible(r));
+        }
+        return min_visible;
     }
+
+    /// acc rows [row_begin, row_begin + rows) [rows x value_dim]: where the caller adds P V.
+    auto accumulator_rows(Index row_begin, Index rows) { return accumulator().middleRows(row_begin, rows); }
 
     /// 1 / l_r, or 0 for a row that saw no key (so it normalises to zeros).
     T inverse_sum(Index r) const { return row_sum_[r] > T(0) ? T(1) / row_sum_[r] : T(0); }
@@ -113,6 +149,8 @@ private:
     RowMatrix<T> acc_;  // [max_rows x max_value_dim], used top-left [rows x value_dim]
     Vector<T> row_max_;  // [max_rows] running max of the scaled logits
     Vector<T> row_sum_;  // [max_rows] running sum of exp(logit - row_max)
+    Vector<T> new_max_;  // [max_rows] fold()'s scratch: the max after the tile
+    Vector<T> rescale_;  // [max_rows] fold()'s scratch: exp(old max - new max)
     Index rows_ = 0;
     Index value_dim_ = 0;
 };

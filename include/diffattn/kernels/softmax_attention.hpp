@@ -13,12 +13,12 @@ void softmax_attention(const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k, c
     AttentionWorkspace<T> local;
     AttentionWorkspace<T>& ws =
         prepare_workspace(workspace, local, q.rows(), k.rows(), q.cols(), v.cols(), resolved.threads);
-    const DotProductLogits<T> logits(q, k);
+    const DotProductLogits<T> logits(q, k, T(resolved.scale));
     dispatch_mask(resolved.mask, q.rows(), k.rows(), resolved.valid_len, [&](const auto& mask) {
-        for_each_query_block(q.rows(), resolved.threads, mask, ws,
+        for_each_query_group(q.rows(), resolved.threads, mask, ws,
                              [&](Index q_begin, Index q_rows, BlockScratch<T>& scratch) {
                                  OnlineSoftmaxState<T>& state = scratch.states[0];
-                                 attend_block(logits, T(resolved.scale), mask, q_begin, q_rows, v, scratch.logits, state);
+                                 attend_block(logits, mask, q_begin, q_rows, v, scratch, state);
                                  state.normalize_into(out.middleRows(q_begin, q_rows));
                              });
     });

@@ -27,6 +27,9 @@ struct AttentionScratch {
     RotaryTable<T> rotary;       ///< cos / sin for positions [0, max_len), maps of width d
     std::vector<AttentionWorkspace<T>> workspaces;  ///< kernel scratch, one per thread
     int threads = 1;             ///< heads run on this many threads (1 without OpenMP)
+    /// Heads run on fewer threads, down to one, when a call has less than this much work (flops)
+    /// per thread: a one-token decode step is cheaper than waking a second thread. 0: always `threads`.
+    double min_parallel_flops = detail::kMinParallelFlopsPerThread;
 
     AttentionScratch() = default;
 

@@ -265,7 +265,10 @@ private:
     void run_heads(const HeadContext<T>& context, AttentionScratch<T>& scratch) const {
         const bool subln = config_.has_subln();
         const T output_scale = static_cast<T>(config_.output_scale());
-        detail::for_each_head(config_.n_heads, scratch.threads, scratch.workspaces,
+        // About 2 N S (query width + output width) flops: Q K^T and P V of every head.
+        const double flops = 2.0 * static_cast<double>(context.q.rows()) * static_cast<double>(context.k.rows()) *
+                             static_cast<double>(context.q.cols() + context.heads.cols());
+        detail::for_each_head(config_.n_heads, scratch.threads, flops, scratch.min_parallel_flops, scratch.workspaces,
                               [&](Index h, AttentionWorkspace<T>& workspace) {
                                   Policy::run(context, h, workspace);
                                   if (subln) {
