@@ -13,6 +13,13 @@
 
 #include <algorithm>
 
+// PackedProduct below calls Eigen's internal GEMM building blocks, whose signatures are those of
+// Eigen 3.4 (Debian 12's libeigen3-dev 3.4.0): refuse other versions clearly rather than fail
+// deep inside Eigen.
+#if !(EIGEN_WORLD_VERSION == 3 && EIGEN_MAJOR_VERSION == 4)
+#error "diffattn needs Eigen 3.4 (kernels/tile_product.hpp uses Eigen 3.4's internal gebp_kernel)"
+#endif
+
 namespace diffattn::detail {
 
 /// Depth and column chunk of tile products: chunk^2 * sizeof(T) = 64 KB.
