@@ -306,6 +306,41 @@ TEMPLATE_TEST_CASE("hidden keys add exactly nothing: huge finite future values l
     }
 }
 
+TEMPLATE_TEST_CASE("head dim 0 with an explicit scale: every logit is 0, so each row averages the values it sees",
+                   "[kernels][properties]", float, double) {
+    // An empty QK^T product must add nothing (Eigen's gebp kernel would divide by the depth 0:
+    // SIGFPE, found by fuzz_kernels). With every logit 0, A1 = A2 = the uniform causal map, so
+    // softmax gives the running mean of V and DIFF (1 - lambda) times it (SPEC 1, 2.1).
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    KernelCase c;
+    c.seq_len_q = kGroupRows + kQueryTile + 5;  // several query groups and blocks, two key tiles
+    c.seq_len_kv = c.seq_len_q;
+    c.head_dim = 0;
+    c.value_dim = 6;
+    c.mask = MaskKind::causal;
+    c.scale = 0.5;
+    const DiffInputs<T> in = random_diff_inputs<T>(rng, c);
+    const AllOutputs<T> out = run_all(in, c.options());
+    const Index n = c.seq_len_q, dv = c.value_dim;
+    RowMatrix<long double> running_mean(n, dv);
+    Vector<long double> sum = Vector<long double>::Zero(dv);
+    for (Index i = 0; i < n; ++i) {
+        sum += in.v.row(i).transpose().template cast<long double>();
+        running_mean.row(i) = (sum / static_cast<long double>(i + 1)).transpose();
+    }
+    const long double tolerance = 64 * eps<T>();  // |V| <= 1: a mean of up to 300 rows
+    const long double lambda = static_cast<long double>(in.lambda);
+    CHECK((out.softmax.template cast<long double>() - running_mean).cwiseAbs().maxCoeff() <= tolerance);
+    CHECK((out.diff.template cast<long double>() - (1 - lambda) * running_mean).cwiseAbs().maxCoeff() <= tolerance);
+    for (const auto& [integral, dint_out] : out.dint) {
+        INFO(integral_name(integral));
+        const RowMatrix<T> expected =
+            reference::dint_attention(in.q1, in.k1, in.q2, in.k2, in.v, in.lambda, integral, c.options());
+        CHECK((dint_out - expected).cwiseAbs().maxCoeff() <= static_cast<T>(tolerance));
+    }
+}
+
 TEMPLATE_TEST_CASE("a NaN input reaches only the outputs that depend on it, and never crashes", "[kernels][properties]",
                    float, double) {
     using T = TestType;

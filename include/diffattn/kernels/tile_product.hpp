@@ -103,6 +103,9 @@ struct PackedProduct {
     template <typename Dst>
     static void multiply_transposed(Dst&& dst, const T* packed_lhs, Index lhs_depth, const T* packed_rhs,
                                     Index depth, T alpha) {
+        // An empty product adds nothing; gebp itself would divide by depth (its L1 blocking:
+        // SIGFPE for head dim 0, found by fuzz_kernels).
+        if (depth == 0 || dst.rows() == 0 || dst.cols() == 0) return;
         Kernel()(ResMapper(dst.data(), dst.outerStride()), packed_lhs, packed_rhs, dst.cols(), depth, dst.rows(),
                  alpha, lhs_depth, depth);
     }
