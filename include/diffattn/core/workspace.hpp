@@ -18,8 +18,8 @@ namespace diffattn {
 /// Query rows per block and keys per tile of the tiled core.
 inline constexpr Index kQueryTile = 64;
 inline constexpr Index kKeyTile = 128;
-/// Softmax and DIFF run the query blocks in groups of kGroupBlocks: a group packs each key / value
-/// tile once for all its blocks, so packing costs 1/kGroupBlocks of what it costs per block.
+/// Softmax, DIFF and DINT run the query blocks in groups of kGroupBlocks: a group packs each key /
+/// value tile once for all its blocks, so packing costs 1/kGroupBlocks of what it costs per block.
 /// The group's accumulators [kGroupRows x value_dim] (256 KB at value width 256) stay in L2.
 inline constexpr Index kGroupBlocks = 4;
 inline constexpr Index kGroupRows = kGroupBlocks * kQueryTile;
@@ -52,20 +52,20 @@ private:
 };
 
 /// What one thread needs to run one query group: a logits tile, the packed operands and the
-/// online-softmax states of up to three maps. O(kGroupRows * (head_dim + 2 * value_dim) +
+/// online-softmax states of up to three maps. O(kGroupRows * (head_dim + 3 * value_dim) +
 /// kQueryTile * value_dim + kKeyTile * (kQueryTile + head_dim + value_dim)).
 template <typename T>
 struct BlockScratch {
     RowMatrix<T> logits;                           ///< [kQueryTile x kKeyTile] logits / probabilities of one tile
     PackedTiles<T> packed;                         ///< packed operands of the tile products
-    std::array<OnlineSoftmaxState<T>, 3> states;   ///< map 1, map 2 (a group each), DINT's integral map (a block)
+    std::array<OnlineSoftmaxState<T>, 3> states;   ///< map 1, map 2, DINT's integral map (a group each)
 
     void reserve(Index head_dim, Index value_dim) {
         if (logits.rows() < kQueryTile || logits.cols() < kKeyTile) logits.resize(kQueryTile, kKeyTile);
         packed.reserve(head_dim, value_dim);
         states[0].reserve(kGroupRows, value_dim);
         states[1].reserve(kGroupRows, value_dim);
-        states[2].reserve(kQueryTile, value_dim);
+        states[2].reserve(kGroupRows, value_dim);
     }
 };
 
@@ -88,7 +88,7 @@ public:
     }
 
     /// Makes room for calls up to these sizes with up to `threads` threads. Memory:
-    /// threads * O(kGroupRows * (head_dim + 2 * value_dim)) (BlockScratch) + O(seq_len_kv) for DINT
+    /// threads * O(kGroupRows * (head_dim + 3 * value_dim)) (BlockScratch) + O(seq_len_kv) for DINT
     /// causal_softmax + O(seq_len_q / kQueryTile * value_dim) for DINT's mean modes (+ O(threads^2 * seq_len_kv)
     /// with several threads); nothing grows as seq_len_q * seq_len_kv (no N x S buffer anywhere).
     void reserve(Index seq_len_q, Index seq_len_kv, Index head_dim, Index value_dim, int threads = 1) {

@@ -150,8 +150,8 @@ void attend_block(Logits& logits, const Mask& mask, Index q_begin, Index q_rows,
     }
 }
 
-/// Calls f(q_begin, q_rows, scratch) for each block of at most `rows_per_task` query rows
-/// (kQueryTile or kGroupRows), on up to `threads` threads, each with the scratch of the thread
+/// Calls f(q_begin, q_rows, scratch) for each block of at most `rows_per_task` query rows, on up
+/// to `threads` threads, each with the scratch of the thread
 /// running it. Tasks must be independent. Under a causal mask a later task sees more keys, so the
 /// tasks are handed out last first (the heaviest first).
 template <typename T, typename Mask, typename F>
@@ -165,13 +165,7 @@ void for_each_query_task(Index seq_len_q, Index rows_per_task, int threads, cons
     });
 }
 
-/// for_each_query_task over blocks of kQueryTile rows (DINT, whose integral runs block by block).
-template <typename T, typename Mask, typename F>
-void for_each_query_block(Index seq_len_q, int threads, const Mask& mask, AttentionWorkspace<T>& ws, F&& f) {
-    for_each_query_task(seq_len_q, kQueryTile, threads, mask, ws, std::forward<F>(f));
-}
-
-/// for_each_query_task over groups of kGroupRows rows (softmax, DIFF).
+/// for_each_query_task over groups of kGroupRows rows (softmax, DIFF, DINT).
 template <typename T, typename Mask, typename F>
 void for_each_query_group(Index seq_len_q, int threads, const Mask& mask, AttentionWorkspace<T>& ws, F&& f) {
     for_each_query_task(seq_len_q, kGroupRows, threads, mask, ws, std::forward<F>(f));
