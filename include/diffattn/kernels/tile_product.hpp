@@ -85,16 +85,19 @@ struct PackedProduct {
     /// packed <- the rows [rows x depth] of a row-major block as gebp's A (the key tile of logits^T).
     template <typename Rows>
     static void pack_rows_as_lhs(T* packed, const Rows& rows) {
+        if (rows.size() == 0) return;  // nothing to pack (head dim 0: a null data pointer Eigen may not map)
         PackLhs<Eigen::RowMajor>()(packed, RowMapper(rows.data(), rows.outerStride()), rows.cols(), rows.rows());
     }
     /// packed <- the transpose [cols x rows] of a row-major block as gebp's A (V_tile^T, depth = rows).
     template <typename Rows>
     static void pack_transpose_as_lhs(T* packed, const Rows& rows) {
+        if (rows.size() == 0) return;  // nothing to pack (head dim 0: a null data pointer Eigen may not map)
         PackLhs<Eigen::ColMajor>()(packed, ColMapper(rows.data(), rows.outerStride()), rows.rows(), rows.cols());
     }
     /// packed <- the transpose [cols x rows] of a row-major block as gebp's B (Q_block^T, P^T).
     template <typename Rows>
     static void pack_rows_as_rhs(T* packed, const Rows& rows) {
+        if (rows.size() == 0) return;  // nothing to pack (head dim 0: a null data pointer Eigen may not map)
         PackRhs()(packed, ColMapper(rows.data(), rows.outerStride()), rows.cols(), rows.rows());
     }
 
