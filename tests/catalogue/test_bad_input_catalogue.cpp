@@ -52,18 +52,8 @@ void check_words(const std::string& message, std::initializer_list<const char*> 
 #define CHECK_ERROR(ErrorType, expression, ...) \
     check_words(message_of<ErrorType>([&] { (void)(expression); }), {__VA_ARGS__})
 
-ModelConfig tiny(AttentionKind kind) {
-    ModelConfig c;
-    c.attention = kind;
-    c.hidden_size = 16;
-    c.num_attention_heads = 2;
-    c.num_hidden_layers = 2;
-    c.intermediate_size = 24;
-    c.vocab_size = 32;
-    if (kind == AttentionKind::shared_diff) c.shared_diff_rank = 2;
-    if (kind == AttentionKind::diff_v2) c.head_dim = 4;
-    return c;
-}
+/// The configurations of the catalogue (its error messages quote the vocabulary [0, 32)).
+ModelConfig tiny(AttentionKind kind) { return test::tiny_config(kind, 32); }
 
 const AttentionKind kKinds[] = {AttentionKind::softmax, AttentionKind::diff, AttentionKind::dint,
                                 AttentionKind::shared_diff, AttentionKind::diff_v2};

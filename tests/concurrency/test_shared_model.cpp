@@ -15,25 +15,12 @@
 #include <vector>
 
 using namespace diffattn;
+using diffattn::test::small_config;
 
 namespace {
 
 constexpr int kThreads = 4;
 constexpr int kRounds = 3;  // forwards per thread and sequence
-
-ModelConfig small_config(AttentionKind kind) {
-    ModelConfig c;
-    c.attention = kind;
-    c.hidden_size = 32;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = kind == AttentionKind::shared_diff ? 4 : 2;
-    c.num_hidden_layers = 2;
-    c.intermediate_size = 48;
-    c.vocab_size = 64;
-    c.shared_diff_rank = 2;
-    c.head_dim = 6;
-    return c;
-}
 
 struct Case {
     std::string name;

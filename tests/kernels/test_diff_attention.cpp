@@ -52,12 +52,7 @@ TEMPLATE_TEST_CASE("diff_attention over several query groups: SPEC 7, and identi
                                {kGroupRows + 1, kGroupRows + 1 + kKeyTile + 9}};
     for (const auto& shape : shapes) {
         for (MaskKind mask : {MaskKind::causal, MaskKind::none}) {
-            KernelCase c;
-            c.seq_len_q = shape[0];
-            c.seq_len_kv = shape[1];
-            c.head_dim = 16;
-            c.value_dim = 32;
-            c.mask = mask;
+            KernelCase c = multi_group_case(shape[0], shape[1], mask);
             INFO(c.describe());
             check_diff_case<T>(rng, c, nullptr);
             const auto in = random_diff_inputs<T>(rng, c);

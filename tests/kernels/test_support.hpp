@@ -238,6 +238,18 @@ struct KernelCase {
     }
 };
 
+/// A case of the differential kernels' "several query groups" tests: N x S spanning more than one
+/// query group (kGroupRows rows), small maps (d 16, dv 32) so the reference stays cheap.
+inline KernelCase multi_group_case(Index seq_len_q, Index seq_len_kv, MaskKind mask) {
+    KernelCase c;
+    c.seq_len_q = seq_len_q;
+    c.seq_len_kv = seq_len_kv;
+    c.head_dim = 16;
+    c.value_dim = 32;
+    c.mask = mask;
+    return c;
+}
+
 /// Lengths that matter to a tiled kernel with tile `tile`: tiny, odd, and just below / at / above
 /// one and two multiples of the tile.
 inline std::vector<Index> tile_edge_lengths(Index tile) {

@@ -6,6 +6,7 @@
 #include "diffattn/model/config_json.hpp"
 #include "diffattn/model/decoder_model.hpp"
 
+#include "small_configs.hpp"
 #include "../kernel_instances.hpp"  // the fast kernels, instantiated once (diffattn_test_support)
 
 #include <algorithm>

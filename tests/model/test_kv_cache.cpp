@@ -31,6 +31,7 @@
 
 using namespace diffattn;
 using model_test::golden_model_dirs;
+using diffattn::test::small_config;
 
 namespace {
 
@@ -41,20 +42,6 @@ struct NamedConfig {
     ModelConfig config;
     bool merged = false;  // shared_diff: project through merged weights
 };
-
-ModelConfig small_config(AttentionKind kind, Index kv_heads) {
-    ModelConfig c;
-    c.attention = kind;
-    c.hidden_size = 32;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = kv_heads;
-    c.num_hidden_layers = 2;
-    c.intermediate_size = 48;
-    c.vocab_size = 64;
-    c.shared_diff_rank = 2;
-    c.head_dim = 6;
-    return c;
-}
 
 /// Every attention kind and DINT mode, with and without GQA (both pairings).
 std::vector<NamedConfig> seeded_configs() {

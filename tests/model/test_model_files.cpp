@@ -11,18 +11,8 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-ModelConfig tiny(AttentionKind kind) {
-    ModelConfig c;
-    c.attention = kind;
-    c.hidden_size = 16;
-    c.num_attention_heads = 2;
-    c.num_hidden_layers = 2;
-    c.intermediate_size = 24;
-    c.vocab_size = 40;
-    if (kind == AttentionKind::shared_diff) c.shared_diff_rank = 2;
-    if (kind == AttentionKind::diff_v2) c.head_dim = 4;
-    return c;
-}
+/// The configurations of this file (token 39 of kTokens is the last of the vocabulary).
+ModelConfig tiny(AttentionKind kind) { return test::tiny_config(kind, 40); }
 
 /// The FileError message of loading `dir`, or "no error".
 std::string load_error(const std::filesystem::path& dir) {

@@ -8,6 +8,7 @@
 #include "../no_malloc_guard.hpp"  // first: routes eigen_assert to a counter
 #include "diffattn/model/decoder_model.hpp"
 #include "diffattn/model/kv_cache.hpp"
+#include "small_configs.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -15,25 +16,10 @@
 
 using namespace diffattn;
 
+using diffattn::test::small_config;
 using diffattn_nomalloc::without_malloc;
 
 namespace {
-
-/// A small model of `kind`: 2 layers, 4 heads of map width 6, vocabulary 64.
-ModelConfig small_config(AttentionKind kind, DintIntegral integral = DintIntegral::causal_softmax) {
-    ModelConfig c;
-    c.attention = kind;
-    c.dint_integral = integral;
-    c.hidden_size = 32;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = kind == AttentionKind::shared_diff ? 4 : 2;
-    c.num_hidden_layers = 2;
-    c.intermediate_size = 48;
-    c.vocab_size = 64;
-    c.shared_diff_rank = 2;
-    c.head_dim = 6;
-    return c;
-}
 
 std::vector<Token> test_tokens(Token count) {
     std::vector<Token> tokens;
