@@ -11,12 +11,6 @@ using namespace diffattn::test;
 namespace {
 
 template <typename T>
-long double fallback_bound(const KernelCase& c) {
-    const double scale = c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
-    return 2 * forward_error_bound<T>(c.head_dim, c.seq_len_kv, scale * c.head_dim, 1);  // two maps
-}
-
-template <typename T>
 void check_diff_case(std::mt19937& rng, const KernelCase& c, AttentionWorkspace<T>* workspace) {
     using W = Wide<T>;
     const auto in = random_diff_inputs<T>(rng, c);
@@ -28,7 +22,7 @@ void check_diff_case(std::mt19937& rng, const KernelCase& c, AttentionWorkspace<
     const RowMatrix<T> plain = reference::diff_attention(in.q1, in.k1, in.q2, in.k2, in.v, in.lambda, o);
     const RowMatrix<W> oracle = reference::diff_attention(wide.q1, wide.k1, wide.q2, wide.k2, wide.v, wide.lambda, o);
     check_spec7<T>("diff_attention lambda=" + std::to_string(static_cast<double>(in.lambda)) + " " + c.describe(), out,
-                   plain, oracle, fallback_bound<T>(c));
+                   plain, oracle, case_error_bound<T>(c, 2));
 }
 
 }  // namespace
@@ -102,5 +96,5 @@ TEMPLATE_TEST_CASE("diff_attention: heads are column blocks of wider matrices, o
     c.seq_len_q = n;
     c.seq_len_kv = s;
     c.head_dim = d;
-    check_spec7<T>("middle head", got, plain, oracle, fallback_bound<T>(c));
+    check_spec7<T>("middle head", got, plain, oracle, case_error_bound<T>(c, 2));
 }

@@ -12,15 +12,6 @@ using namespace diffattn::test;
 
 namespace {
 
-constexpr DintIntegral kIntegrals[] = {DintIntegral::causal_softmax, DintIntegral::causal_mean,
-                                       DintIntegral::global_mean};
-
-template <typename T>
-long double fallback_bound(const KernelCase& c) {
-    const double scale = c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
-    return 3 * forward_error_bound<T>(c.head_dim, c.seq_len_kv, scale * c.head_dim, 1);  // three maps
-}
-
 /// Runs one case of one integral mode. Returns false (nothing checked) when the mode does not
 /// apply (global_mean needs mask none).
 template <typename T>
@@ -62,7 +53,7 @@ bool check_dint_case(std::mt19937& rng, const KernelCase& c, DintIntegral integr
                                                          use_history ? &plain_history : nullptr);
     const RowMatrix<W> oracle = reference::dint_attention(wide.q1, wide.k1, wide.q2, wide.k2, wide.v, wide.lambda,
                                                           integral, o, use_history ? &wide_history : nullptr);
-    check_spec7<T>(what, out, plain, oracle, fallback_bound<T>(c));
+    check_spec7<T>(what, out, plain, oracle, case_error_bound<T>(c, 3));
 
     if (use_history) {
         // The kernel appended this call's N rows to the history. The history is state, not an
@@ -140,7 +131,7 @@ TEMPLATE_TEST_CASE("dint_attention: heads are column blocks of wider matrices, o
     c.seq_len_kv = s;
     c.head_dim = d;
 
-    for (DintIntegral integral : kIntegrals) {
+    for (DintIntegral integral : kDintIntegrals) {
         INFO(integral_name(integral));
         AttentionOptions o;
         if (integral == DintIntegral::global_mean) o.mask = MaskKind::none;
@@ -153,7 +144,7 @@ TEMPLATE_TEST_CASE("dint_attention: heads are column blocks of wider matrices, o
             reference::dint_attention(cast_to<W>(q1_h), cast_to<W>(k1_h), cast_to<W>(q2_h), cast_to<W>(k2_h),
                                       cast_to<W>(v_h), W(lambda), integral, o);
         const RowMatrix<T> got = out_all.middleCols(h * 2 * d, 2 * d);
-        check_spec7<T>("middle head", got, plain, oracle, fallback_bound<T>(c));
+        check_spec7<T>("middle head", got, plain, oracle, case_error_bound<T>(c, 3));
     }
 }
 
@@ -172,7 +163,7 @@ TEMPLATE_TEST_CASE("dint_attention: one valid key (one-hot maps) keeps SPEC 7 ov
     c.value_dim = 8;
     c.valid_len = 1;
     c.threads = 2;  // the running sums cross blocks run on different threads
-    for (DintIntegral integral : kIntegrals) {
+    for (DintIntegral integral : kDintIntegrals) {
         c.mask = integral == DintIntegral::global_mean ? MaskKind::none : MaskKind::causal;
         const auto in = random_diff_inputs<T>(rng, c);
         const auto wide = in.template cast<W>();
@@ -183,7 +174,7 @@ TEMPLATE_TEST_CASE("dint_attention: one valid key (one-hot maps) keeps SPEC 7 ov
         const RowMatrix<W> oracle =
             reference::dint_attention(wide.q1, wide.k1, wide.q2, wide.k2, wide.v, wide.lambda, integral, o);
         check_spec7<T>(std::string(integral_name(integral)) + " " + c.describe(), out, plain, oracle,
-                       fallback_bound<T>(c));
+                       case_error_bound<T>(c, 3));
     }
 }
 
@@ -200,7 +191,7 @@ TEMPLATE_TEST_CASE("dint_attention over several query groups: SPEC 7 on 1, 2 and
     for (const auto& shape : shapes) {
         for (MaskKind mask : {MaskKind::causal, MaskKind::none}) {
             KernelCase c = multi_group_case(shape[0], shape[1], mask);
-            for (DintIntegral integral : kIntegrals) {
+            for (DintIntegral integral : kDintIntegrals) {
                 for (int threads : {1, 2, 3}) {
                     c.threads = threads;
                     check_dint_case<T>(rng, c, integral, nullptr);

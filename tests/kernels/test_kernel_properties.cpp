@@ -18,10 +18,6 @@ using namespace diffattn::test;
 
 namespace {
 
-constexpr DintIntegral kIntegrals[] = {DintIntegral::causal_softmax, DintIntegral::causal_mean,
-                                       DintIntegral::global_mean};
-constexpr DintIntegral kCausalIntegrals[] = {DintIntegral::causal_softmax, DintIntegral::causal_mean};
-
 template <typename T>
 long double eps() {
     return static_cast<long double>(std::numeric_limits<T>::epsilon());
@@ -43,7 +39,7 @@ AllOutputs<T> run_all(const DiffInputs<T>& in, const AttentionOptions& o) {
     r.diff.resize(n, dv);
     diffattn::softmax_attention(in.q1, in.k1, in.v, r.softmax, o);
     diffattn::diff_attention(in.q1, in.k1, in.q2, in.k2, in.v, in.lambda, r.diff, o);
-    for (DintIntegral integral : kIntegrals) {
+    for (DintIntegral integral : kDintIntegrals) {
         const bool cached = in.k1.rows() > n;
         if (integral == DintIntegral::global_mean && (o.mask != MaskKind::none || cached)) continue;
         RowMatrix<T> out(n, dv);
@@ -210,7 +206,7 @@ TEMPLATE_TEST_CASE("fully masked query rows give exact zeros in DINT's causal mo
     const DintHistory<T> history = reference_history(in, c.options());  // earlier rows: no padding
     AttentionOptions padded = c.options();
     padded.valid_len = 0;
-    for (DintIntegral integral : kCausalIntegrals) {
+    for (DintIntegral integral : kCausalDintIntegrals) {
         INFO(integral_name(integral));
         DintHistory<T> fast_history = history;
         RowMatrix<T> out(c.seq_len_q, c.value_dim);
@@ -230,7 +226,7 @@ TEMPLATE_TEST_CASE("empty calls (N = S = 0) do nothing and do not crash", "[kern
         o.mask = mask;
         CHECK_NOTHROW(diffattn::softmax_attention(q, k, v, out, o));
         CHECK_NOTHROW(diffattn::diff_attention(q, k, q, k, v, T(0.5), out, o));
-        for (DintIntegral integral : kIntegrals) {
+        for (DintIntegral integral : kDintIntegrals) {
             if (integral == DintIntegral::global_mean && mask != MaskKind::none) continue;
             INFO(integral_name(integral));
             CHECK_NOTHROW(diffattn::dint_attention(q, k, q, k, v, T(0.5), integral, out, o));
@@ -495,7 +491,7 @@ TEMPLATE_TEST_CASE("incremental decoding: chunks with a KV cache and a DINT hist
             diffattn::softmax_attention(q1, k1, v, softmax.middleRows(begin, size), o, &workspace);
             diffattn::diff_attention(q1, k1, q2, k2, v, in.lambda, diff.middleRows(begin, size), o, &workspace);
             for (std::size_t i = 0; i < 2; ++i) {
-                diffattn::dint_attention(q1, k1, q2, k2, v, in.lambda, kCausalIntegrals[i],
+                diffattn::dint_attention(q1, k1, q2, k2, v, in.lambda, kCausalDintIntegrals[i],
                                          dint[i].middleRows(begin, size), o, &histories[i], &workspace);
                 CHECK(histories[i].rows == end);
             }
@@ -504,7 +500,7 @@ TEMPLATE_TEST_CASE("incremental decoding: chunks with a KV cache and a DINT hist
         check_spec7<T>("softmax in chunks", softmax, plain_softmax, wide_softmax);
         check_spec7<T>("diff in chunks", diff, plain_diff, wide_diff);
         for (std::size_t i = 0; i < 2; ++i) {
-            const DintIntegral integral = kCausalIntegrals[i];
+            const DintIntegral integral = kCausalDintIntegrals[i];
             const RowMatrix<T> plain =
                 reference::dint_attention(in.q1_all, in.k1, in.q2_all, in.k2, in.v, in.lambda, integral, o);
             const RowMatrix<W> oracle =

@@ -238,6 +238,19 @@ struct KernelCase {
     }
 };
 
+/// forward_error_bound for a kernel that combines `maps` attention maps of the case's shape, with
+/// inputs in [-1, 1] (so logits of at most scale * d).
+template <typename T>
+long double case_error_bound(const KernelCase& c, int maps) {
+    const double scale = c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+    return maps * forward_error_bound<T>(c.head_dim, c.seq_len_kv, scale * c.head_dim, 1);
+}
+
+/// DINT's integral modes (SPEC 2.3), and those valid under a causal mask.
+inline constexpr DintIntegral kDintIntegrals[] = {DintIntegral::causal_softmax, DintIntegral::causal_mean,
+                                                  DintIntegral::global_mean};
+inline constexpr DintIntegral kCausalDintIntegrals[] = {DintIntegral::causal_softmax, DintIntegral::causal_mean};
+
 /// A case of the differential kernels' "several query groups" tests: N x S spanning more than one
 /// query group (kGroupRows rows), small maps (d 16, dv 32) so the reference stays cheap.
 inline KernelCase multi_group_case(Index seq_len_q, Index seq_len_kv, MaskKind mask) {
