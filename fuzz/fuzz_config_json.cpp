@@ -12,6 +12,11 @@
 
 #include "diffattn/model/config_json.hpp"
 #include "diffattn/model/decoder_model.hpp"
+#if defined(DIFFATTN_TEST_SUPPORT_MODEL)
+// The replay, built with the tests: it calls the test suite's one instantiation of the model
+// templates (tests/model/model_files.hpp) instead of compiling its own.
+#include "model_files.hpp"
+#endif
 
 #include <cmath>
 #include <cstring>
