@@ -4,6 +4,7 @@
   python3 tools/bench_summary.py docs/bench/latest.json [--markdown]
 
 Every figure is computed from entries of the same run (docs/benchmarks.md says how to read them):
+  targets   the issue's targets, each with this run's worst figure over N >= 1024 and met / NO
   kernels   softmax d128 GFLOP/s over Eigen GEMM of equal flops, 1 and 2 threads (vs_gemm);
             DIFF's time per useful flop over softmax d128's; DINT / DIFF time per mode;
             2 threads / 1 thread speed-ups; the tiled kernels against the plain reference
@@ -60,6 +61,88 @@ def f2(x):
 
 def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
+
+
+def targets_section(records):
+    """Issue 5's targets, each with the worst figure of this run over N >= 1024 and whether it is met.
+
+    The issue states two targets in GFLOP/s on its own machine (Zen 4, where Eigen SGEMM ran ~100
+    GFLOP/s per thread): >= 90 on 1 thread and >= 175 on 2. Their machine-independent reading is
+    against the GEMM of the same binary and run: vs_gemm >= 0.90 on 1 thread, and >= 1.75 times the
+    1-thread GEMM rate on 2 threads. Both readings are printed; "met" uses the GEMM one.
+    """
+    big = sorted({r.params["N"] for r in records if r.family in ("softmax", "diff") and r.params.get("N", 0) >= 1024})
+
+    def rec(family, n, d, mask, threads=1):
+        return bench_json.find(records, family, N=n, d=d, mask=mask, threads=threads)
+
+    def worst(values, pick):
+        values = [v for v in values if v is not None]
+        return pick(values) if values else None
+
+    def row(t, label, value, fmt, met):
+        verdict = None if value is None else "(info)" if met is None else "yes" if met(value) else "NO"
+        t.add(label, [None if value is None else fmt % value, verdict])
+
+    t = Table("Targets (issue 5)", ["worst, N >= 1024", "met"],
+              "worst figure of this run over N >= 1024 (both masks unless named); absolute GFLOP/s targets "
+              "were set on a Zen 4 whose SGEMM ran ~100 GFLOP/s per thread, so they are met here as ratios to "
+              "this run's SGEMM")
+    if big:
+        one = [rec("softmax", n, 128, m) for n in big for m in ("causal", "none")]
+        two = [rec("softmax", n, 128, m, 2) for n in big for m in ("causal", "none")]
+        gemm1 = {(n, m): rec("gemm", n, 128, m) for n in big for m in ("causal", "none")}
+        row(t, "softmax d128, 1 thr: GFLOP/s (90 on the issue's machine)",
+            worst([r.get("GFLOPs") for r in one if r], min), "%.1f", None)
+        row(t, "softmax d128, 1 thr: vs_gemm >= 0.90", worst([r.get("vs_gemm") for r in one if r], min), "%.2f",
+            lambda v: v >= 0.90)
+        row(t, "softmax d128, 2 thr: GFLOP/s (175 on the issue's machine)",
+            worst([r.get("GFLOPs") for r in two if r], min), "%.1f", None)
+        two_over_gemm1 = [ratio(rec("softmax", n, 128, m, 2).get("GFLOPs") if rec("softmax", n, 128, m, 2) else None,
+                                gemm1[(n, m)].get("GFLOPs") if gemm1[(n, m)] else None)
+                          for n in big for m in ("causal", "none")]
+        row(t, "softmax d128, 2 thr / 1-thr GEMM rate >= 1.75", worst(two_over_gemm1, min), "%.2f", lambda v: v >= 1.75)
+
+        def time_ratio(fa, da, fb, db, n, mask):
+            a, b = rec(fa, n, da, mask), rec(fb, n, db, mask)
+            return ratio(a.seconds if a else None, b.seconds if b else None)
+
+        # DIFF at equal useful flops: time per flop = 1 / GFLOP/s.
+        diff_vs_softmax = [ratio(rec("softmax", n, 128, m).get("GFLOPs") if rec("softmax", n, 128, m) else None,
+                                 rec("diff", n, d, m).get("GFLOPs") if rec("diff", n, d, m) else None)
+                           for n in big for m in ("causal", "none") for d in (64, 128)]
+        row(t, "DIFF time per flop / softmax d128's <= 1.5 (d 64 and 128)", worst(diff_vs_softmax, max), "%.2f",
+            lambda v: v <= 1.5)
+        for mode, masks, limit in (("causal_mean", ("causal",), 1.05), ("global_mean", ("none",), 1.05),
+                                   ("causal_softmax", ("causal",), 2.5)):
+            values = [time_ratio("dint_" + mode, d, "diff", d, n, m) for n in big for d in (64, 128) for m in masks]
+            row(t, "DINT %s / DIFF time <= %.2f (%s, d 64 and 128)" % (mode, limit, masks[0]), worst(values, max),
+                "%.2f", lambda v, limit=limit: v <= limit)
+        scaling = []
+        for family, d, mask in (("softmax", 128, "causal"), ("softmax", 128, "none"), ("diff", 64, "causal"),
+                                ("dint_causal_softmax", 64, "causal"), ("dint_causal_mean", 64, "causal"),
+                                ("dint_global_mean", 64, "none")):
+            for n in big:
+                a, b = rec(family, n, d, mask), rec(family, n, d, mask, 2)
+                scaling.append(ratio(a.seconds if a else None, b.seconds if b else None))
+        row(t, "2 threads / 1 thread >= 1.85 (the headline kernels)", worst(scaling, min), "%.2f", lambda v: v >= 1.85)
+    diff = [r for r in records if r.family == "proj_diff"]
+    factored = []
+    for r in records:
+        p = r.params
+        if r.family != "proj_shared_diff" or "D" not in p or "H" not in p:
+            continue
+        if p.get("r", 0) * 2 >= p["D"] // p["H"] // 2:
+            continue  # the target concerns r < d/2
+        base = bench_json.find(diff, "proj_diff", N=p.get("N"), D=p.get("D"), H=p.get("H"))
+        factored.append(ratio(r.seconds, base.seconds if base else None))
+    row(t, "Shared DIFF factored / DIFF projection time < 1 (r < d/2)", worst(factored, max), "%.2f", lambda v: v < 1)
+    mem = [r.get("peak_extra_heap_bytes") for r in records if r.family == "memory" and r.params.get("N") == 65536]
+    row(t, "DINT forward, N 65536: peak extra MB < 16", worst([m / 1048576.0 for m in mem if m is not None], max), "%.2f",
+        lambda v: v < 16)
+    matmuls = [r.get("vs_gemm") for r in records if r.family == "model_matmuls"]
+    row(t, "model forward products: vs_gemm >= 0.70", worst(matmuls, min), "%.2f", lambda v: v >= 0.70)
+    return [t]
 
 
 def kernel_sections(records):
@@ -233,7 +316,7 @@ def main(argv=None):
         head += ", load avg %s" % ", ".join("%.1f" % x for x in ctx["load_avg"])
     print(head)
     print()
-    for table in (kernel_sections(records) + projection_section(records) + model_section(records)
+    for table in (targets_section(records) + kernel_sections(records) + projection_section(records) + model_section(records)
                   + decode_section(records) + memory_section(records)):
         text = table.render(args.markdown)
         if text:
