@@ -18,6 +18,7 @@ whatever the figures are.
 """
 import argparse
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -76,32 +77,34 @@ def targets_section(records):
     def rec(family, n, d, mask, threads=1):
         return bench_json.find(records, family, N=n, d=d, mask=mask, threads=threads)
 
-    def worst(values, pick):
+    def row(t, label, values, pick, fmt, met):
+        """values: the figure at every point the target covers; pick: min or max, whichever is worse."""
         values = [v for v in values if v is not None]
-        return pick(values) if values else None
+        if not values:
+            return
+        mid, bad = statistics.median(values), pick(values)
+        verdict = "(info)" if met is None else "%s / %s" % ("yes" if met(mid) else "NO", "yes" if met(bad) else "NO")
+        t.add(label, [fmt % mid, fmt % bad, str(len(values)), verdict])
 
-    def row(t, label, value, fmt, met):
-        verdict = None if value is None else "(info)" if met is None else "yes" if met(value) else "NO"
-        t.add(label, [None if value is None else fmt % value, verdict])
-
-    t = Table("Targets (issue 5)", ["worst, N >= 1024", "met"],
-              "worst figure of this run over N >= 1024 (both masks unless named); absolute GFLOP/s targets "
-              "were set on a Zen 4 whose SGEMM ran ~100 GFLOP/s per thread, so they are met here as ratios to "
-              "this run's SGEMM")
+    t = Table("Targets (issue 5)", ["median", "worst", "points", "met: median / worst"],
+              "over the points each target covers, N >= 1024 (both masks unless named); on a shared machine "
+              "single points swing by 1.5x, so the median says more than the worst. Absolute GFLOP/s targets "
+              "were set on a Zen 4 whose SGEMM ran ~100 GFLOP/s per thread: they are judged as ratios to this "
+              "run's SGEMM")
     if big:
         one = [rec("softmax", n, 128, m) for n in big for m in ("causal", "none")]
         two = [rec("softmax", n, 128, m, 2) for n in big for m in ("causal", "none")]
         gemm1 = {(n, m): rec("gemm", n, 128, m) for n in big for m in ("causal", "none")}
         row(t, "softmax d128, 1 thr: GFLOP/s (90 on the issue's machine)",
-            worst([r.get("GFLOPs") for r in one if r], min), "%.1f", None)
-        row(t, "softmax d128, 1 thr: vs_gemm >= 0.90", worst([r.get("vs_gemm") for r in one if r], min), "%.2f",
+            [r.get("GFLOPs") for r in one if r], min, "%.1f", None)
+        row(t, "softmax d128, 1 thr: vs_gemm >= 0.90", [r.get("vs_gemm") for r in one if r], min, "%.2f",
             lambda v: v >= 0.90)
         row(t, "softmax d128, 2 thr: GFLOP/s (175 on the issue's machine)",
-            worst([r.get("GFLOPs") for r in two if r], min), "%.1f", None)
+            [r.get("GFLOPs") for r in two if r], min, "%.1f", None)
         two_over_gemm1 = [ratio(rec("softmax", n, 128, m, 2).get("GFLOPs") if rec("softmax", n, 128, m, 2) else None,
                                 gemm1[(n, m)].get("GFLOPs") if gemm1[(n, m)] else None)
                           for n in big for m in ("causal", "none")]
-        row(t, "softmax d128, 2 thr / 1-thr GEMM rate >= 1.75", worst(two_over_gemm1, min), "%.2f", lambda v: v >= 1.75)
+        row(t, "softmax d128, 2 thr / 1-thr GEMM rate >= 1.75", two_over_gemm1, min, "%.2f", lambda v: v >= 1.75)
 
         def time_ratio(fa, da, fb, db, n, mask):
             a, b = rec(fa, n, da, mask), rec(fb, n, db, mask)
@@ -111,12 +114,12 @@ def targets_section(records):
         diff_vs_softmax = [ratio(rec("softmax", n, 128, m).get("GFLOPs") if rec("softmax", n, 128, m) else None,
                                  rec("diff", n, d, m).get("GFLOPs") if rec("diff", n, d, m) else None)
                            for n in big for m in ("causal", "none") for d in (64, 128)]
-        row(t, "DIFF time per flop / softmax d128's <= 1.5 (d 64 and 128)", worst(diff_vs_softmax, max), "%.2f",
+        row(t, "DIFF time per flop / softmax d128's <= 1.5 (d 64 and 128)", diff_vs_softmax, max, "%.2f",
             lambda v: v <= 1.5)
         for mode, masks, limit in (("causal_mean", ("causal",), 1.05), ("global_mean", ("none",), 1.05),
                                    ("causal_softmax", ("causal",), 2.5)):
             values = [time_ratio("dint_" + mode, d, "diff", d, n, m) for n in big for d in (64, 128) for m in masks]
-            row(t, "DINT %s / DIFF time <= %.2f (%s, d 64 and 128)" % (mode, limit, masks[0]), worst(values, max),
+            row(t, "DINT %s / DIFF time <= %.2f (%s, d 64 and 128)" % (mode, limit, masks[0]), values, max,
                 "%.2f", lambda v, limit=limit: v <= limit)
         scaling = []
         for family, d, mask in (("softmax", 128, "causal"), ("softmax", 128, "none"), ("diff", 64, "causal"),
@@ -125,7 +128,7 @@ def targets_section(records):
             for n in big:
                 a, b = rec(family, n, d, mask), rec(family, n, d, mask, 2)
                 scaling.append(ratio(a.seconds if a else None, b.seconds if b else None))
-        row(t, "2 threads / 1 thread >= 1.85 (the headline kernels)", worst(scaling, min), "%.2f", lambda v: v >= 1.85)
+        row(t, "2 threads / 1 thread >= 1.85 (the headline kernels)", scaling, min, "%.2f", lambda v: v >= 1.85)
     diff = [r for r in records if r.family == "proj_diff"]
     factored = []
     for r in records:
@@ -136,12 +139,12 @@ def targets_section(records):
             continue  # the target concerns r < d/2
         base = bench_json.find(diff, "proj_diff", N=p.get("N"), D=p.get("D"), H=p.get("H"))
         factored.append(ratio(r.seconds, base.seconds if base else None))
-    row(t, "Shared DIFF factored / DIFF projection time < 1 (r < d/2)", worst(factored, max), "%.2f", lambda v: v < 1)
+    row(t, "Shared DIFF factored / DIFF projection time < 1 (r < d/2)", factored, max, "%.2f", lambda v: v < 1)
     mem = [r.get("peak_extra_heap_bytes") for r in records if r.family == "memory" and r.params.get("N") == 65536]
-    row(t, "DINT forward, N 65536: peak extra MB < 16", worst([m / 1048576.0 for m in mem if m is not None], max), "%.2f",
+    row(t, "DINT forward, N 65536: peak extra MB < 16", [m / 1048576.0 for m in mem if m is not None], max, "%.2f",
         lambda v: v < 16)
     matmuls = [r.get("vs_gemm") for r in records if r.family == "model_matmuls"]
-    row(t, "model forward products: vs_gemm >= 0.70", worst(matmuls, min), "%.2f", lambda v: v >= 0.70)
+    row(t, "model forward products: vs_gemm >= 0.70", matmuls, min, "%.2f", lambda v: v >= 0.70)
     return [t]
 
 
