@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <limits>
 #include <string>
 #include <vector>
@@ -193,12 +194,21 @@ TEMPLATE_TEST_CASE("results do not depend on the number of threads", "[layers][a
 TEST_CASE("heads stay on one thread when their work is below min_parallel_flops per thread",
           "[layers][attention][threads]") {
     std::vector<int> workspaces(3);
+    // The size of the team the heads ran on (tasks are handed out dynamically, so which threads
+    // get a task is up to the scheduler; the team is not): 1 when they stayed on the caller.
     const auto threads_used = [&](double flops, double min_flops_per_thread) {
-        std::vector<int> thread_of_head(8, -1);
+        std::vector<int> team_of_head(8, 0);
+        std::vector<std::ptrdiff_t> workspace_of_head(8, -1);
         detail::for_each_head(8, 3, flops, min_flops_per_thread, workspaces, [&](Index h, int& workspace) {
-            thread_of_head[static_cast<std::size_t>(h)] = static_cast<int>(&workspace - workspaces.data());
+            workspace_of_head[static_cast<std::size_t>(h)] = &workspace - workspaces.data();
+#if defined(DIFFATTN_HAS_OPENMP)
+            team_of_head[static_cast<std::size_t>(h)] = omp_get_num_threads();
+#else
+            team_of_head[static_cast<std::size_t>(h)] = 1;
+#endif
         });
-        return *std::max_element(thread_of_head.begin(), thread_of_head.end()) + 1;
+        for (std::ptrdiff_t w : workspace_of_head) CHECK((w >= 0 && w < 3));  // every head ran, on a thread's own workspace
+        return *std::max_element(team_of_head.begin(), team_of_head.end());
     };
     // A one-token decode step of a small model: ~1 MFLOP.
     CHECK(threads_used(1e6, detail::kMinParallelFlopsPerThread) == 1);

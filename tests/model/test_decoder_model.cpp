@@ -11,19 +11,7 @@ using namespace diffattn;
 
 namespace {
 
-ModelConfig config_of(AttentionKind kind, Index heads = 4, Index kv_heads = 2) {
-    ModelConfig c;
-    c.attention = kind;
-    c.hidden_size = 32;
-    c.num_attention_heads = heads;
-    c.num_key_value_heads = kind == AttentionKind::shared_diff ? heads : kv_heads;
-    c.num_hidden_layers = 2;
-    c.intermediate_size = 48;
-    c.vocab_size = 64;
-    c.shared_diff_rank = 2;
-    c.head_dim = 6;
-    return c;
-}
+using diffattn::test::small_config;
 
 const AttentionKind kKinds[] = {AttentionKind::softmax, AttentionKind::diff, AttentionKind::dint,
                                 AttentionKind::shared_diff, AttentionKind::diff_v2};
@@ -40,7 +28,7 @@ TEST_CASE("model parameter count equals its tensors", "[model][parameters]") {
     for (AttentionKind kind : kKinds) {
         for (bool tied : {false, true}) {
             INFO(to_string(kind) << (tied ? " tied" : ""));
-            ModelConfig c = config_of(kind);
+            ModelConfig c = small_config(kind);
             c.tie_word_embeddings = tied;
             DecoderModel<float> model(c);
             CHECK(model.parameters().parameter_count() == model.parameter_count());
@@ -56,7 +44,7 @@ TEMPLATE_TEST_CASE("causal models: a prefix's logits do not see later tokens; en
     for (AttentionKind kind : kKinds) {
         for (bool causal : {true, false}) {
             INFO(to_string(kind) << (causal ? " causal" : " encoder"));
-            ModelConfig c = config_of(kind);
+            ModelConfig c = small_config(kind);
             c.causal = causal;
             const DecoderModel<T> model = DecoderModel<T>::seeded(c, 7);
             std::vector<Token> tokens = tokens_of(20, 64, 3);
@@ -77,7 +65,7 @@ TEMPLATE_TEST_CASE("logits are identical for 1 and 2 threads", "[model][threads]
     using T = TestType;
     for (AttentionKind kind : kKinds) {
         INFO(to_string(kind));
-        const DecoderModel<T> model = DecoderModel<T>::seeded(config_of(kind), 5);
+        const DecoderModel<T> model = DecoderModel<T>::seeded(small_config(kind), 5);
         const std::vector<Token> tokens = tokens_of(70, 64, 1);
         ForwardState<T> one = model.make_state(70, 1), two = model.make_state(70, 2);
         two.layer.attention.min_parallel_flops = 0;  // 2 threads even for this small model
@@ -88,7 +76,7 @@ TEMPLATE_TEST_CASE("logits are identical for 1 and 2 threads", "[model][threads]
 }
 
 TEST_CASE("one const model serves several threads, each with its own ForwardState", "[model][threads]") {
-    const DecoderModel<float> model = DecoderModel<float>::seeded(config_of(AttentionKind::dint), 9);
+    const DecoderModel<float> model = DecoderModel<float>::seeded(small_config(AttentionKind::dint), 9);
     const std::vector<Token> a = tokens_of(40, 64, 1), b = tokens_of(25, 64, 2);
     const RowMatrix<float> expected_a = model.logits(a), expected_b = model.logits(b);
     RowMatrix<float> got_a, got_b;
@@ -107,12 +95,12 @@ TEST_CASE("one const model serves several threads, each with its own ForwardStat
 }
 
 TEST_CASE("forward checks tokens, lengths and the state", "[model][errors]") {
-    const DecoderModel<float> model = DecoderModel<float>::seeded(config_of(AttentionKind::diff), 1);
+    const DecoderModel<float> model = DecoderModel<float>::seeded(small_config(AttentionKind::diff), 1);
     ForwardState<float> state = model.make_state(8);
     CHECK_THROWS_WITH(model.forward({1, 2, 64}, state), Catch::Contains("token 2 is 64"));
     CHECK_THROWS_AS(model.forward({1, -1}, state), ShapeError);
     CHECK_THROWS_AS(model.forward(tokens_of(9, 64, 0), state), ShapeError);
-    ForwardState<float> other = DecoderModel<float>(config_of(AttentionKind::softmax)).make_state(8);
+    ForwardState<float> other = DecoderModel<float>(small_config(AttentionKind::softmax)).make_state(8);
     CHECK_THROWS_AS(model.forward({1, 2}, other), ShapeError);
     RowMatrix<float> wrong(2, 63);
     CHECK_THROWS_AS(model.forward({1, 2}, state, wrong), ShapeError);
@@ -124,7 +112,7 @@ TEST_CASE("forward checks tokens, lengths and the state", "[model][errors]") {
 }
 
 TEST_CASE("a causal model with dint global_mean is a ConfigError; an encoder is fine", "[model][errors]") {
-    ModelConfig c = config_of(AttentionKind::dint);
+    ModelConfig c = small_config(AttentionKind::dint);
     c.dint_integral = DintIntegral::global_mean;
     CHECK_THROWS_AS(DecoderModel<double>(c), ConfigError);
     c.causal = false;
@@ -135,7 +123,7 @@ TEST_CASE("a causal model with dint global_mean is a ConfigError; an encoder is 
 TEMPLATE_TEST_CASE("Shared DIFF model: merged projections give the same logits", "[model][shared_diff]", float,
                    double) {
     using T = TestType;
-    DecoderModel<T> model = DecoderModel<T>::seeded(config_of(AttentionKind::shared_diff), 4);
+    DecoderModel<T> model = DecoderModel<T>::seeded(small_config(AttentionKind::shared_diff), 4);
     const std::vector<Token> tokens = tokens_of(30, 64, 4);
     const RowMatrix<T> factored = model.logits(tokens);
     model.merge_shared_diff();
