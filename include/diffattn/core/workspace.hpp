@@ -63,9 +63,7 @@ struct BlockScratch {
     void reserve(Index head_dim, Index value_dim) {
         if (logits.rows() < kQueryTile || logits.cols() < kKeyTile) logits.resize(kQueryTile, kKeyTile);
         packed.reserve(head_dim, value_dim);
-        states[0].reserve(kGroupRows, value_dim);
-        states[1].reserve(kGroupRows, value_dim);
-        states[2].reserve(kGroupRows, value_dim);
+        for (auto& state : states) state.reserve(kGroupRows, value_dim);
     }
 };
 

@@ -23,7 +23,6 @@
 #include <cmath>
 #include <optional>
 #include <type_traits>
-#include <utility>
 
 namespace diffattn::detail {
 
@@ -150,25 +149,17 @@ void attend_block(Logits& logits, const Mask& mask, Index q_begin, Index q_rows,
     }
 }
 
-/// Calls f(q_begin, q_rows, scratch) for each block of at most `rows_per_task` query rows, on up
-/// to `threads` threads, each with the scratch of the thread
-/// running it. Tasks must be independent. Under a causal mask a later task sees more keys, so the
-/// tasks are handed out last first (the heaviest first).
+/// Calls f(q_begin, q_rows, scratch) for each query group of at most kGroupRows rows, on up to
+/// `threads` threads, each with the scratch of the thread running it. Groups must be independent.
+/// Under a causal mask a later group sees more keys, so the groups are handed out last first (the
+/// heaviest first).
 template <typename T, typename Mask, typename F>
-void for_each_query_task(Index seq_len_q, Index rows_per_task, int threads, const Mask& /*mask*/,
-                         AttentionWorkspace<T>& ws, F&& f) {
+void for_each_query_group(Index seq_len_q, int threads, const Mask& /*mask*/, AttentionWorkspace<T>& ws, F&& f) {
     constexpr Schedule schedule = std::is_same_v<Mask, CausalMask> ? Schedule::largest_first : Schedule::equal_tasks;
-    const Index tasks = (seq_len_q + rows_per_task - 1) / rows_per_task;
-    parallel_for(tasks, threads, schedule, [&](Index b, int thread) {
-        const Index q_begin = b * rows_per_task;
-        f(q_begin, std::min(rows_per_task, seq_len_q - q_begin), ws.block(thread));
+    parallel_for(query_group_count(seq_len_q), threads, schedule, [&](Index g, int thread) {
+        const Index q_begin = g * kGroupRows;
+        f(q_begin, std::min(kGroupRows, seq_len_q - q_begin), ws.block(thread));
     });
-}
-
-/// for_each_query_task over groups of kGroupRows rows (softmax, DIFF, DINT).
-template <typename T, typename Mask, typename F>
-void for_each_query_group(Index seq_len_q, int threads, const Mask& mask, AttentionWorkspace<T>& ws, F&& f) {
-    for_each_query_task(seq_len_q, kGroupRows, threads, mask, ws, std::forward<F>(f));
 }
 
 /// Options after validation, with defaults filled in.

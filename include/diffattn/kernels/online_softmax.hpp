@@ -68,12 +68,14 @@ public:
         const Index width = (k + lanes - 1) / lanes * lanes;
         assert(row_begin + logits.rows() <= rows_ && logits.outerStride() >= width);
         const auto keys_seen = [&](Index r) { return masked ? visible(r) : k; };
+        Index min_visible = k;
         for (Index r0 = 0; r0 < logits.rows(); r0 += chunk_rows) {
             const Index chunk = std::min(chunk_rows, logits.rows() - r0), i0 = row_begin + r0;
             // Pass 1, per row: hide the masked keys and find the new running max.
             for (Index r = r0; r < r0 + chunk; ++r) {
                 const Index n = keys_seen(r), i = row_begin + r;
                 T* row = &logits(r, 0);
+                min_visible = std::min(min_visible, n);
                 new_max_[i] = row_max_[i];
                 if (n == 0) continue;
                 std::fill(row + n, row + width, minus_inf);
@@ -111,10 +113,6 @@ public:
                 row_max_[i] = new_max_[i];
                 if (rescale != T(1)) accumulator().row(i) *= rescale;
             }
-        }
-        Index min_visible = k;
-        if (masked) {
-            for (Index r = 0; r < logits.rows(); ++r) min_visible = std::min(min_visible, visible(r));
         }
         return min_visible;
     }
