@@ -217,3 +217,79 @@ TEMPLATE_TEST_CASE("dint_attention over several query groups: SPEC 7 on 1, 2 and
         }
     }
 }
+
+TEST_CASE("split_key_tiles cuts a group's key tiles into contiguous runs of about equal work", "[kernels][dint_attention]") {
+    // Runs are what DINT's causal_softmax integral hands to threads: they must cover the keys the
+    // group visits exactly once, in whole key tiles, and none may carry much more than its share.
+    std::vector<Index> segment_end(8);
+    const auto work_of = [](const auto& mask, Index q_begin, Index q_rows, Index begin, Index end) {
+        Index keys = 0;  // keys of [begin, end) that the group's blocks compute, as split_key_tiles counts them
+        for (Index b = q_begin; b < q_begin + q_rows; b += kQueryTile) {
+            const Index b_end = std::min(b + kQueryTile, q_begin + q_rows);
+            keys += std::clamp<Index>(std::min(end, block_visit_end(mask, b, b_end)) - begin, 0, end - begin) * (b_end - b);
+        }
+        return keys;
+    };
+    const auto check = [&](const auto& mask, Index q_begin, Index q_rows, Index max_segments) {
+        const Index visit_end = block_visit_end(mask, q_begin, q_begin + q_rows);
+        const Index tiles = (visit_end + kKeyTile - 1) / kKeyTile;
+        INFO("group [" << q_begin << ", " << q_begin + q_rows << "), visit_end " << visit_end << ", max_segments "
+                       << max_segments);
+        const Index segments = detail::split_key_tiles(mask, q_begin, q_rows, max_segments, segment_end);
+        REQUIRE(segments == std::min(tiles, max_segments));
+        const Index total = work_of(mask, q_begin, q_rows, 0, visit_end);
+        Index begin = 0;
+        for (Index s = 0; s < segments; ++s) {
+            const Index end = segment_end[static_cast<std::size_t>(s)];
+            INFO("segment " << s << " [" << begin << ", " << end << ")");
+            CHECK(end > begin);
+            CHECK((end % kKeyTile == 0 || end == visit_end));
+            // Its share, give or take the one tile (the most work a tile can carry) where it was cut.
+            CHECK(work_of(mask, q_begin, q_rows, begin, end) <= total / segments + kKeyTile * q_rows);
+            begin = end;
+        }
+        CHECK(begin == (segments > 0 ? visit_end : 0));
+    };
+    for (Index max_segments : {1, 2, 4, 6}) {
+        for (Index q_begin : {Index(0), kGroupRows, 5 * kGroupRows}) {
+            for (Index q_rows : {Index(1), kQueryTile + 3, kGroupRows}) {
+                const Index n = q_begin + q_rows;
+                check(CausalMask{0, n}, q_begin, q_rows, max_segments);
+                check(CausalMask{300, n + 300}, q_begin, q_rows, max_segments);  // a KV cache of 300 keys
+                check(CausalMask{0, 77}, q_begin, q_rows, max_segments);        // key padding
+                check(NoMask{n}, q_begin, q_rows, max_segments);
+                check(NoMask{0}, q_begin, q_rows, max_segments);                // no key at all
+            }
+        }
+    }
+}
+
+TEMPLATE_TEST_CASE("dint_attention causal_softmax through its multi-thread pipeline: SPEC 7, and the same bits on every run",
+                   "[kernels][dint_attention][threads]", float, double) {
+    // With T > 1 threads the causal_softmax integral runs query groups through a three-phase
+    // pipeline (maps, integral runs, rows), whose buffers rotate by group: 4 groups and a partial
+    // fifth cycle through all of them. The key runs go to whichever thread is free, so the bits must
+    // not depend on which thread ran which run: repeated calls must agree exactly.
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    const Index seq_len_q = 4 * kGroupRows + kQueryTile + 5;
+    for (Index cached : {Index(0), kKeyTile + 9}) {
+        KernelCase c = multi_group_case(seq_len_q, seq_len_q + cached, MaskKind::causal);
+        for (int threads : {2, 3}) {
+            c.threads = threads;
+            check_dint_case<T>(rng, c, DintIntegral::causal_softmax, nullptr);
+            if (cached > 0) continue;  // the repeat below needs no history
+            INFO(c.describe());
+            const auto in = random_diff_inputs<T>(rng, c);
+            RowMatrix<T> first(c.seq_len_q, c.value_dim), again(c.seq_len_q, c.value_dim);
+            AttentionWorkspace<T> workspace;
+            diffattn::dint_attention(in.q1, in.k1, in.q2, in.k2, in.v, in.lambda, DintIntegral::causal_softmax, first,
+                                     c.options(), nullptr, &workspace);
+            for (int repeat = 0; repeat < 3; ++repeat) {
+                diffattn::dint_attention(in.q1, in.k1, in.q2, in.k2, in.v, in.lambda, DintIntegral::causal_softmax,
+                                         again, c.options(), nullptr, &workspace);
+                CHECK((again.array() == first.array()).all());
+            }
+        }
+    }
+}

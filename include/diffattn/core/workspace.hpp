@@ -23,6 +23,10 @@ inline constexpr Index kKeyTile = 128;
 /// The group's accumulators [kGroupRows x value_dim] (256 KB at value width 256) stay in L2.
 inline constexpr Index kGroupBlocks = 4;
 inline constexpr Index kGroupRows = kGroupBlocks * kQueryTile;
+/// DINT causal_softmax on T > 1 threads splits the key tiles of each query group into up to
+/// kKeySegmentsPerThread * T runs, handed out one at a time: more runs than threads keep both
+/// cores busy when one is slowed, at the cost of one more online-softmax state to merge per run.
+inline constexpr Index kKeySegmentsPerThread = 2;
 
 /// Number of query blocks of kQueryTile rows covering `seq_len_q` rows.
 inline Index query_block_count(Index seq_len_q) { return (seq_len_q + kQueryTile - 1) / kQueryTile; }
@@ -77,6 +81,30 @@ void grow_to(Vector<Scalar>& v, Index size) {
     if (v.size() < size) v.resize(size);
 }
 
+/// DINT causal_softmax on several threads (dint_softmax_integral): the states its pipeline of query
+/// groups keeps alive. Group g's two maps are filled in one phase, its integral map (as runs of key
+/// tiles) in the next, and its rows written in the one after, so maps live for three phases and runs
+/// for two. O(kGroupRows * value_dim * (6 + 2 * kKeySegmentsPerThread * threads)).
+template <typename T>
+struct DintPipeline {
+    std::array<std::array<OnlineSoftmaxState<T>, 2>, 3> maps;        ///< [group % 3][map 1, map 2]
+    std::array<std::vector<OnlineSoftmaxState<T>>, 2> segments;      ///< [group % 2][segment] integral map parts
+    std::array<std::vector<Index>, 2> segment_end;                   ///< [group % 2][segment] end key of each
+    std::array<Index, 2> segment_count{};                            ///< [group % 2] segments in use
+
+    void reserve(Index value_dim, int threads) {
+        const auto max_segments = static_cast<std::size_t>(kKeySegmentsPerThread * threads);
+        for (auto& group : maps) {
+            for (auto& map : group) map.reserve(kGroupRows, value_dim);
+        }
+        for (std::size_t i = 0; i < 2; ++i) {
+            if (segments[i].size() < max_segments) segments[i].resize(max_segments);
+            for (auto& state : segments[i]) state.reserve(kGroupRows, value_dim);
+            if (segment_end[i].size() < max_segments) segment_end[i].resize(max_segments);
+        }
+    }
+};
+
 template <typename T>
 class AttentionWorkspace {
 public:
@@ -87,8 +115,9 @@ public:
 
     /// Makes room for calls up to these sizes with up to `threads` threads. Memory:
     /// threads * O(kGroupRows * (head_dim + 3 * value_dim)) (BlockScratch) + O(seq_len_kv) for DINT
-    /// causal_softmax + O(seq_len_q / kQueryTile * value_dim) for DINT's mean modes (+ O(threads^2 * seq_len_kv)
-    /// with several threads); nothing grows as seq_len_q * seq_len_kv (no N x S buffer anywhere).
+    /// causal_softmax (+ DintPipeline's O((6 + 4 threads) * kGroupRows * value_dim) with several threads)
+    /// + O(seq_len_q / kQueryTile * value_dim) for DINT's mean modes; nothing grows as
+    /// seq_len_q * seq_len_kv (no N x S buffer anywhere).
     void reserve(Index seq_len_q, Index seq_len_kv, Index head_dim, Index value_dim, int threads = 1) {
         const Index t = std::max(threads, 1);
         if (blocks_.size() < static_cast<std::size_t>(t)) blocks_.resize(static_cast<std::size_t>(t));
@@ -97,13 +126,8 @@ public:
         grow_to(block_row_compensation_, query_block_count(seq_len_q), value_dim);
         grow_to(running_row_sum_, value_dim);
         grow_to(running_row_error_, value_dim);
-        grow_to(column_sums_, seq_len_kv, t);
-        if (chunk_begin_.size() < static_cast<std::size_t>(t + 1)) chunk_begin_.resize(static_cast<std::size_t>(t + 1));
-        if (t > 1) {
-            grow_to(partial_column_sums_, seq_len_kv, t * t);
-            grow_to(map1_row_max_, seq_len_q);
-            grow_to(map1_row_sum_, seq_len_q);
-        }
+        grow_to(column_sum_, seq_len_kv);
+        if (t > 1) dint_pipeline_.reserve(value_dim, t);
     }
 
     /// Block scratch of thread `thread` (0 for a single-threaded call).
@@ -117,15 +141,10 @@ public:
     Vector<Accumulator<T>>& running_row_sum() { return running_row_sum_; }
     Vector<Accumulator<T>>& running_row_error() { return running_row_error_; }
 
-    /// DINT causal_softmax: running column sums of A1, one column per query chunk [seq_len_kv x chunks];
-    /// with several threads also the partial sums of each (thread, chunk) [seq_len_kv x threads * chunks].
-    ColMatrix<T>& column_sums() { return column_sums_; }
-    ColMatrix<T>& partial_column_sums() { return partial_column_sums_; }
-    /// DINT causal_softmax with several threads: first query block of each chunk, and the end [chunks + 1].
-    std::vector<Index>& chunk_begin() { return chunk_begin_; }
-    /// DINT causal_softmax with several threads: map 1's final row max and sum of every query row [seq_len_q].
-    Vector<T>& map1_row_max() { return map1_row_max_; }
-    Vector<T>& map1_row_sum() { return map1_row_sum_; }
+    /// DINT causal_softmax: running column sums of A1 [seq_len_kv].
+    Vector<T>& column_sum() { return column_sum_; }
+    /// DINT causal_softmax with several threads: the states of its pipeline of query groups.
+    DintPipeline<T>& dint_pipeline() { return dint_pipeline_; }
 
 private:
     std::vector<BlockScratch<T>> blocks_;
@@ -133,11 +152,8 @@ private:
     RowMatrix<Accumulator<T>> block_row_compensation_;
     Vector<Accumulator<T>> running_row_sum_;
     Vector<Accumulator<T>> running_row_error_;
-    ColMatrix<T> column_sums_;
-    ColMatrix<T> partial_column_sums_;
-    std::vector<Index> chunk_begin_;
-    Vector<T> map1_row_max_;
-    Vector<T> map1_row_sum_;
+    Vector<T> column_sum_;
+    DintPipeline<T> dint_pipeline_;
 };
 
 }  // namespace diffattn

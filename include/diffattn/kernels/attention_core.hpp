@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <type_traits>
 
@@ -79,25 +80,33 @@ bool all_finite(const Matrix& m) {
     return !std::isnan((m.array() - m.array()).sum());
 }
 
+/// A run of keys [begin, end) that attend_block limits a group to (by default all of them).
+struct KeyRange {
+    Index begin = 0;
+    Index end = std::numeric_limits<Index>::max();
+};
+
 /// Runs the online softmax of one query group [q_begin, q_begin + q_rows), q_rows <= kGroupRows,
 /// over every key tile the mask lets it see. Key tiles are the outer loop: each key / value tile is
 /// packed once and used by every block of kQueryTile rows of the group that sees it. On return
 /// `state` holds the group's {acc, m, l}.
 ///   logits: the Logits policy (see DotProductLogits); it writes the logical (scaled) logits.
 ///   v:      [S x value_dim] values.
+///   keys:   only the keys [keys.begin, keys.end) (key tile boundaries), for a group whose key tiles
+///           are split over several threads; merge the states with add_merged_row.
 /// Groups are fixed runs of kGroupRows rows, whatever the thread count, so results are
 /// bit-identical for every thread count.
 template <typename T, typename Logits, typename Mask>
 void attend_block(Logits& logits, const Mask& mask, Index q_begin, Index q_rows, const ConstMatrixRef<T>& v,
-                  BlockScratch<T>& scratch, OnlineSoftmaxState<T>& state) {
-    assert(q_rows <= kGroupRows);
+                  BlockScratch<T>& scratch, OnlineSoftmaxState<T>& state, KeyRange keys = {}) {
+    assert(q_rows <= kGroupRows && keys.begin % kKeyTile == 0);
     using Product = PackedProduct<T>;
     PackedTiles<T>& packed = scratch.packed;
     const bool pack = q_rows >= kMinPackedRows;
     state.reset(q_rows, v.cols());
-    if (pack) logits.pack_queries(q_begin, q_rows, packed);
-    const Index visit_end = block_visit_end(mask, q_begin, q_begin + q_rows);
-    for (Index k_begin = 0; k_begin < visit_end; k_begin += kKeyTile) {
+    const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
+    if (pack && keys.begin < visit_end) logits.pack_queries(q_begin, q_rows, packed);
+    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kKeyTile) {
         const Index k_count = std::min(kKeyTile, visit_end - k_begin);
         const auto values = v.middleRows(k_begin, k_count);
         if (pack) Product::pack_transpose_as_lhs(packed.values.data(), values);

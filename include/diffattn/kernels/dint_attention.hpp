@@ -99,17 +99,38 @@ private:
     Index rows_before_;        // query rows of earlier calls (the cache)
 };
 
-/// column_sum += the column sums of the A1 rows of one query block (every key tile it visits).
-template <typename T, typename Mask, typename ColumnSum>
-void add_a1_column_sums(const A1Tiles<T, Mask>& a1, const Mask& mask, Index q_begin, Index q_rows,
-                        RowMatrix<T>& tile_buffer, ColumnSum&& column_sum) {
+/// Cuts the key tiles a query group [q_begin, q_begin + q_rows) visits into at most `max_segments`
+/// runs of about equal work (under a causal mask the group's last tiles are seen by fewer of its
+/// blocks) and writes the end key of each run to segment_end. Returns the number of runs (0 when the
+/// group sees no key). Depends only on the mask, the group and max_segments, never on the threads
+/// that later run the segments.
+template <typename Mask>
+Index split_key_tiles(const Mask& mask, Index q_begin, Index q_rows, Index max_segments,
+                      std::vector<Index>& segment_end) {
     const Index visit_end = block_visit_end(mask, q_begin, q_begin + q_rows);
-    for (Index k_begin = 0; k_begin < visit_end; k_begin += kKeyTile) {
-        const Index keys = std::min(kKeyTile, visit_end - k_begin);
-        auto tile = tile_buffer.topLeftCorner(q_rows, keys);
-        a1(q_begin, q_begin, k_begin, tile, nullptr);  // unpacked: each tile is used once
-        column_sum.segment(k_begin, keys) += tile.colwise().sum().transpose();
+    const Index tiles = (visit_end + kKeyTile - 1) / kKeyTile;
+    const Index segments = std::min(tiles, max_segments);
+    // Work of a tile: the keys of it that the group's blocks compute (the core's b_keys).
+    const auto tile_work = [&](Index k_begin) {
+        Index keys = 0;
+        for (Index b = q_begin; b < q_begin + q_rows; b += kQueryTile) {
+            const Index b_end = std::min(b + kQueryTile, q_begin + q_rows);
+            keys += std::clamp<Index>(block_visit_end(mask, b, b_end) - k_begin, 0, kKeyTile) * (b_end - b);
+        }
+        return keys;
+    };
+    Index total = 0;
+    for (Index t = 0; t < tiles; ++t) total += tile_work(t * kKeyTile);
+    Index done = 0, tile = 0;
+    for (Index s = 0; s < segments; ++s) {
+        // Run s takes tiles until its work reaches its share, leaving a tile for each later run.
+        do {
+            done += tile_work(tile * kKeyTile);
+            ++tile;
+        } while (tile < tiles - (segments - 1 - s) && done * segments < (s + 1) * total);
+        segment_end[static_cast<std::size_t>(s)] = std::min(visit_end, tile * kKeyTile);
     }
+    return segments;
 }
 
 /// Validates the DINT-specific options and the history, and sizes the history's sums.
@@ -251,121 +272,89 @@ void dint_mean_integral(const DotProductLogits<T>& logits1, const DotProductLogi
     if (causal && history != nullptr) history->o1_row_sum = running.template cast<T>();
 }
 
-/// The causal_softmax integral (dint-transformer-v2 eq. 5-6): after the DIFF rows of a query group,
+/// The causal_softmax integral (dint-transformer-v2 eq. 5-6): after the DIFF maps of a query group,
 /// one more pass of the tiled core over logits G = running column mean of A1 (IntegralLogits),
 /// on groups of up to kGroupBlocks whole blocks too (IntegralLogits says why that keeps the row
-/// order the column sums need). The running column sums make the rows depend on all earlier ones.
-/// With one thread the groups simply run in order. With T > 1 threads the query rows are cut into
-/// T chunks of whole blocks with about equal work:
-///   1. every group (in parallel) writes its DIFF rows and keeps map 1's final row max and sum;
-///   2. the blocks of every chunk but the last (in parallel) add their A1 rows into column sums
-///      private to (thread, chunk);
-///   3. each chunk (one per thread) starts from the history plus the sums of all earlier chunks
-///      and runs its blocks in order, in groups that start at the chunk's first block.
-/// Step 2 is the price of parallelism (an extra Q1 K1^T pass over all but the last chunk); the
-/// sums are added in another order than with one thread, so results agree within SPEC 7.
+/// order the column sums need). The running column sums make each group's integral map depend on
+/// every earlier group's, so with one thread the groups simply run in order. With T > 1 threads
+/// the groups go through a pipeline of phases, each one parallel loop over these tasks:
+///   - map 1 and map 2 of group p (two tasks);
+///   - the integral map of group p - 1, its key tiles cut into up to kKeySegmentsPerThread * T runs
+///     of about equal work (split_key_tiles), each into its own online-softmax state. A key tile's
+///     column sums are touched by one run, and all runs of a group end with their phase, before the
+///     next group's start, so each column still takes its rows in order;
+///   - the rows of group p - 2, one task per block: O1 - lambda O2 plus lambda times the merged runs
+///     (add_merged_row). These small tasks fill in while the longest task of the phase finishes.
+/// No work is repeated. The split only changes the order of the integral map's softmax sums, so
+/// results agree with one thread within SPEC 7, and are the same on every run with the same T.
 template <typename T, typename Mask>
 void dint_softmax_integral(const DotProductLogits<T>& logits1, const DotProductLogits<T>& logits2, const Mask& mask,
                            const ConstMatrixRef<T>& v, T lambda, const ResolvedOptions& resolved, Index seq_len_q,
                            DintHistory<T>* history, AttentionWorkspace<T>& ws, MatrixRef<T>& out) {
     const Index seq_len_kv = v.rows();
     const Index rows_before = history != nullptr ? history->rows : 0;
-    const Index blocks = query_block_count(seq_len_q);
-    const Index chunks = std::min<Index>(resolved.threads, blocks);
-
-    // The integral map of rows [q_begin, q_begin + q_rows) (whole blocks, at most kGroupRows), given
-    // map 1's statistics of those rows and the column sums of A1 over every earlier row.
-    const auto integral_group = [&](Index q_begin, Index q_rows, ConstVectorRef<T> row_max,
-                                    ConstVectorRef<T> row_sum, VectorRef<T> column_sum, BlockScratch<T>& scratch) {
-        const A1Tiles<T, Mask> a1(logits1, mask, q_begin, row_max, row_sum);
+    VectorRef<T> column_sum = history != nullptr ? VectorRef<T>(history->a1_column_sum.head(seq_len_kv))
+                                                 : VectorRef<T>(ws.column_sum().head(seq_len_kv));
+    if (history == nullptr) column_sum.setZero();
+    // The integral map of group [q_begin, q_begin + q_rows), over the keys `keys`, given map 1 of the group.
+    const auto integral_map = [&](Index q_begin, Index q_rows, const OnlineSoftmaxState<T>& map1, KeyRange keys,
+                                  BlockScratch<T>& scratch, OnlineSoftmaxState<T>& integral) {
+        const A1Tiles<T, Mask> a1(logits1, mask, q_begin, map1.row_maxima(), map1.row_sums());
         IntegralLogits<T, Mask> integral_logits(a1, column_sum, rows_before);
-        OnlineSoftmaxState<T>& integral_map = scratch.states[2];
-        attend_block(integral_logits, mask, q_begin, q_rows, v, scratch, integral_map);
-        for (Index r = 0; r < q_rows; ++r) out.row(q_begin + r) += lambda * integral_map.normalized_row(r);
+        attend_block(integral_logits, mask, q_begin, q_rows, v, scratch, integral, keys);
     };
 
-    if (chunks <= 1) {
-        VectorRef<T> column_sum = history != nullptr ? VectorRef<T>(history->a1_column_sum.head(seq_len_kv))
-                                                     : VectorRef<T>(ws.column_sums().col(0).head(seq_len_kv));
-        if (history == nullptr) column_sum.setZero();
+    if (resolved.threads <= 1) {
         BlockScratch<T>& scratch = ws.block(0);
-        const OnlineSoftmaxState<T>& map1 = scratch.states[0];
         for (Index q_begin = 0; q_begin < seq_len_q; q_begin += kGroupRows) {
             const Index q_rows = std::min(kGroupRows, seq_len_q - q_begin);
             differential_block(logits1, logits2, mask, q_begin, q_rows, v, lambda, scratch, out);
-            integral_group(q_begin, q_rows, map1.row_maxima(), map1.row_sums(), column_sum, scratch);
+            integral_map(q_begin, q_rows, scratch.states[0], KeyRange{}, scratch, scratch.states[2]);
+            for (Index r = 0; r < q_rows; ++r) out.row(q_begin + r) += lambda * scratch.states[2].normalized_row(r);
         }
         return;
     }
 
-    // Chunk boundaries: equal shares of the key tiles the blocks visit (their cost under the mask).
-    std::vector<Index>& chunk_begin = ws.chunk_begin();
-    const auto block_cost = [&](Index b) {
-        const Index q_begin = b * kQueryTile, q_end = std::min(seq_len_q, q_begin + kQueryTile);
-        return block_visit_end(mask, q_begin, q_end) + 1;
-    };
-    Index total_cost = 0;
-    for (Index b = 0; b < blocks; ++b) total_cost += block_cost(b);
-    chunk_begin[0] = 0;
-    for (Index c = 1, b = 0, cost = 0; c < chunks; ++c) {
-        // Chunk c starts where the cost so far reaches c / chunks of the total; every chunk keeps
-        // at least one block.
-        while (b < blocks - (chunks - c) &&
-               (b <= chunk_begin[static_cast<std::size_t>(c - 1)] || cost * chunks < c * total_cost)) {
-            cost += block_cost(b++);
+    DintPipeline<T>& pipeline = ws.dint_pipeline();
+    const Index max_segments = kKeySegmentsPerThread * resolved.threads;
+    const Index groups = query_group_count(seq_len_q);
+    const auto group_rows = [&](Index g) { return std::min(kGroupRows, seq_len_q - g * kGroupRows); };
+    for (Index phase = 0; phase < groups + 2; ++phase) {
+        const Index mapped = phase, integrated = phase - 1, written = phase - 2;  // groups, if in [0, groups)
+        const Index map_tasks = mapped < groups ? 2 : 0;
+        Index segments = 0;
+        if (integrated >= 0 && integrated < groups) {
+            std::vector<Index>& segment_end = pipeline.segment_end[static_cast<std::size_t>(integrated % 2)];
+            segments = split_key_tiles(mask, integrated * kGroupRows, group_rows(integrated), max_segments, segment_end);
+            pipeline.segment_count[static_cast<std::size_t>(integrated % 2)] = segments;
         }
-        chunk_begin[static_cast<std::size_t>(c)] = b;
+        const Index write_tasks = written >= 0 ? query_block_count(group_rows(written)) : 0;
+        parallel_for(map_tasks + segments + write_tasks, resolved.threads, Schedule::equal_tasks,
+                     [&](Index task, int thread) {
+            if (task < map_tasks) {  // map 1 or 2 of group `mapped`
+                const Index q_begin = mapped * kGroupRows;
+                auto& maps = pipeline.maps[static_cast<std::size_t>(mapped % 3)];
+                attend_block(task == 0 ? logits1 : logits2, mask, q_begin, group_rows(mapped), v, ws.block(thread),
+                             maps[static_cast<std::size_t>(task)]);
+            } else if ((task -= map_tasks) < segments) {  // a run of group `integrated`'s key tiles
+                const auto i = static_cast<std::size_t>(integrated % 2);
+                const KeyRange keys{task == 0 ? 0 : pipeline.segment_end[i][static_cast<std::size_t>(task - 1)],
+                                    pipeline.segment_end[i][static_cast<std::size_t>(task)]};
+                integral_map(integrated * kGroupRows, group_rows(integrated),
+                             pipeline.maps[static_cast<std::size_t>(integrated % 3)][0], keys, ws.block(thread),
+                             pipeline.segments[i][static_cast<std::size_t>(task)]);
+            } else {  // a block of rows of group `written`
+                const auto& maps = pipeline.maps[static_cast<std::size_t>(written % 3)];
+                const auto i = static_cast<std::size_t>(written % 2);
+                const Index first = (task - segments) * kQueryTile, last = std::min(first + kQueryTile, group_rows(written));
+                for (Index r = first; r < last; ++r) {
+                    auto row = out.row(written * kGroupRows + r);
+                    row = maps[0].normalized_row(r) - lambda * maps[1].normalized_row(r);
+                    add_merged_row(pipeline.segments[i].data(), pipeline.segment_count[i], r, lambda, row);
+                }
+            }
+        });
     }
-    chunk_begin[static_cast<std::size_t>(chunks)] = blocks;
-    const auto chunk_of = [&](Index b) {
-        Index c = 0;
-        while (chunk_begin[static_cast<std::size_t>(c + 1)] <= b) ++c;
-        return c;
-    };
-
-    // 1. DIFF rows of every group; map 1's statistics kept for steps 2 and 3.
-    Vector<T>& row_max = ws.map1_row_max();
-    Vector<T>& row_sum = ws.map1_row_sum();
-    for_each_query_group(seq_len_q, resolved.threads, mask, ws, [&](Index q_begin, Index q_rows, BlockScratch<T>& scratch) {
-        differential_block(logits1, logits2, mask, q_begin, q_rows, v, lambda, scratch, out);
-        row_max.segment(q_begin, q_rows) = scratch.states[0].row_maxima();
-        row_sum.segment(q_begin, q_rows) = scratch.states[0].row_sums();
-    });
-
-    // 2. Column sums of A1 over each chunk but the last, per (thread, chunk).
-    ColMatrix<T>& partial = ws.partial_column_sums();  // column thread * chunks + chunk
-    partial.leftCols(resolved.threads * chunks).topRows(seq_len_kv).setZero();
-    const Index summed_blocks = chunk_begin[static_cast<std::size_t>(chunks - 1)];
-    parallel_for(summed_blocks, resolved.threads, Schedule::largest_first, [&](Index b, int thread) {
-        const Index q_begin = b * kQueryTile, q_rows = std::min(kQueryTile, seq_len_q - q_begin);
-        const A1Tiles<T, Mask> a1(logits1, mask, q_begin, row_max.segment(q_begin, q_rows),
-                                  row_sum.segment(q_begin, q_rows));
-        add_a1_column_sums(a1, mask, q_begin, q_rows, ws.block(thread).logits,
-                           partial.col(thread * chunks + chunk_of(b)).head(seq_len_kv));
-    });
-
-    // 3. Each chunk's starting sums, then its blocks in order, a group at a time.
-    ColMatrix<T>& column_sums = ws.column_sums();  // column c: running sums of chunk c
-    for (Index c = 0; c < chunks; ++c) {
-        auto sums = column_sums.col(c).head(seq_len_kv);
-        if (c == 0) {
-            if (history != nullptr) sums = history->a1_column_sum.head(seq_len_kv);
-            else sums.setZero();
-        } else {
-            sums = column_sums.col(c - 1).head(seq_len_kv);
-            for (Index t = 0; t < resolved.threads; ++t) sums += partial.col(t * chunks + c - 1).head(seq_len_kv);
-        }
-    }
-    parallel_for(chunks, resolved.threads, Schedule::equal_tasks, [&](Index c, int thread) {
-        const Index begin = chunk_begin[static_cast<std::size_t>(c)] * kQueryTile;
-        const Index end = std::min(seq_len_q, chunk_begin[static_cast<std::size_t>(c + 1)] * kQueryTile);
-        for (Index q_begin = begin; q_begin < end; q_begin += kGroupRows) {
-            const Index q_rows = std::min(kGroupRows, end - q_begin);
-            integral_group(q_begin, q_rows, row_max.segment(q_begin, q_rows), row_sum.segment(q_begin, q_rows),
-                           column_sums.col(c).head(seq_len_kv), ws.block(thread));
-        }
-    });
-    if (history != nullptr) history->a1_column_sum.head(seq_len_kv) = column_sums.col(chunks - 1).head(seq_len_kv);
 }
 
 template <typename T>

@@ -132,6 +132,9 @@ public:
         for (Index r = 0; r < rows_; ++r) out.row(r) = normalized_row(r);
     }
 
+    /// Row r of the un-normalised output acc [value_dim].
+    auto accumulator_row(Index r) const { return accumulator().row(r); }
+
     Index rows() const { return rows_; }
     /// Final running maximum of row r (scaled logits) and sum: A[r, j] = exp(logit_j - m_r) / l_r.
     T row_max(Index r) const { return row_max_[r]; }
@@ -152,5 +155,33 @@ private:
     Index rows_ = 0;
     Index value_dim_ = 0;
 };
+
+/// out_row += scale * row r of the softmax output over the union of the keys that `parts` saw: the
+/// states of the same query rows over disjoint runs of keys (a key split, as in FlashDecoding),
+/// merged in their order: m = max_s m_s, l = sum_s l_s exp(m_s - m), acc = sum_s acc_s exp(m_s - m).
+/// A part whose row saw no key (l = 0) adds nothing; if no part saw one, out_row is unchanged (the
+/// all-zero row of SPEC 1). A NaN in a part reaches the whole row, as in one state.
+template <typename T, typename OutRow>
+void add_merged_row(const OnlineSoftmaxState<T>* parts, Index count, Index r, T scale, OutRow&& out_row) {
+    T merged_max = -std::numeric_limits<T>::infinity();
+    bool seen = false;
+    for (Index s = 0; s < count; ++s) {
+        if (parts[s].row_sum(r) == T(0)) continue;
+        const T m = parts[s].row_max(r);
+        merged_max = seen && !(m > merged_max) && !std::isnan(m) ? merged_max : m;  // NaN wins
+        seen = true;
+    }
+    if (!seen) return;
+    T merged_sum = T(0);
+    for (Index s = 0; s < count; ++s) {
+        if (parts[s].row_sum(r) != T(0)) merged_sum += parts[s].row_sum(r) * std::exp(parts[s].row_max(r) - merged_max);
+    }
+    const T weight = scale / merged_sum;
+    for (Index s = 0; s < count; ++s) {
+        if (parts[s].row_sum(r) != T(0)) {
+            out_row += (weight * std::exp(parts[s].row_max(r) - merged_max)) * parts[s].accumulator_row(r);
+        }
+    }
+}
 
 }  // namespace diffattn
