@@ -109,6 +109,31 @@ TEST_CASE("linear is x W^T and checks shapes", "[layers][linear]") {
     CHECK_THROWS_AS(linear<double>(x, x, y), ShapeError);
 }
 
+TEMPLATE_TEST_CASE("linear on several threads: fixed column blocks, the same bits for every thread count",
+                   "[layers][linear][threads]", float, double) {
+    using T = TestType;
+    // Shapes cut into several blocks of features (7 tokens, and one: a decode step) or of tokens,
+    // with a partial last block; 0 min flops per thread so even these small products use every thread.
+    const Index shapes[][2] = {{7, 40}, {7, 1100}, {1, 1100}, {1030, 40}};
+    for (const auto& shape : shapes) {
+        const Index tokens = shape[0], out_features = shape[1];
+        INFO(tokens << " tokens, " << out_features << " output features");
+        const RowMatrix<T> x = seeded<T>(tokens, 33, 3), w = seeded<T>(out_features, 33, 4);
+        RowMatrix<T> one(tokens, out_features), more(tokens, out_features);
+        linear<T>(x, w, one, 1, 0);
+        CHECK(relative_error(one, naive::linear(x.template cast<double>(), w.template cast<double>())) < tolerance<T>());
+        for (int threads : {2, 3}) {
+            more.setConstant(T(7));
+            linear<T>(x, w, more, threads, 0);
+            CHECK((more.array() == one.array()).all());
+        }
+    }
+    // Those shapes do cut: 1100 features and 1030 tokens make two blocks each.
+    CHECK(detail::linear_block(1100, detail::kLinearBlockTarget, detail::kLinearFeatureMultiple) == 560);
+    CHECK(detail::linear_block(1030, detail::kLinearBlockTarget, 1) == 515);
+    CHECK(detail::linear_block(40, detail::kLinearBlockTarget, detail::kLinearFeatureMultiple) == 48);
+}
+
 TEMPLATE_TEST_CASE("interleaved rotary matches SPEC 3.1 on every map of a wide matrix", "[layers][rotary]", float,
                    double) {
     using T = TestType;

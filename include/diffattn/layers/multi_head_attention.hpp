@@ -156,7 +156,7 @@ public:
 
         // 1. Projections (SPEC 3.1-3.4).
         project_queries_and_keys(x, q, k, scratch);
-        linear<T>(x, weights_.v_proj, v);
+        linear<T>(x, weights_.v_proj, v, scratch.threads, scratch.min_parallel_flops);
 
         // 2. Rotary on every query and key map (SPEC 3.1); positions start at the cache length.
         kv.rotary->apply(q, first_position);
@@ -169,7 +169,7 @@ public:
         // 4. Per-kind scalars: the layer's lambda (DIFF family) or the per-token gates (diff_v2).
         if (config_.kind == AttentionKind::diff_v2) {
             auto gate = scratch.lambda_gate.topRows(n);  // [N x H]
-            linear<T>(x, weights_.lambda_proj, gate);
+            linear<T>(x, weights_.lambda_proj, gate, scratch.threads, scratch.min_parallel_flops);
             gate.array() = T(1) / (T(1) + (-gate.array()).exp());  // sigmoid
         }
         AttentionOptions options;
@@ -199,7 +199,7 @@ public:
         }
 
         // 6. Output projection of the concatenated heads.
-        linear<T>(heads, weights_.out_proj, out);
+        linear<T>(heads, weights_.out_proj, out, scratch.threads, scratch.min_parallel_flops);
     }
 
 private:
@@ -257,8 +257,8 @@ private:
             weights_.shared.project(x, scratch.shared_base.topRows(n), scratch.shared_xa.topRows(n), q, k);
             return;
         }
-        linear<T>(x, weights_.q_proj, q);
-        linear<T>(x, weights_.k_proj, k);
+        linear<T>(x, weights_.q_proj, q, scratch.threads, scratch.min_parallel_flops);
+        linear<T>(x, weights_.k_proj, k, scratch.threads, scratch.min_parallel_flops);
     }
 
     template <typename Policy>

@@ -14,9 +14,13 @@ template <typename T>
 struct SwiGluScratch {
     RowMatrix<T> gate;  ///< [max_len x d_ff]  x Wg^T, then silu(x Wg^T) * (x Wu^T)
     RowMatrix<T> up;    ///< [max_len x d_ff]  x Wu^T
+    int threads = 1;    ///< the projections run on up to this many threads (linear())
+    /// ... and on fewer when a projection has less than this much work (flops) per thread.
+    double min_parallel_flops = detail::kMinParallelFlopsPerThread;
 
     SwiGluScratch() = default;
-    SwiGluScratch(Index max_len, Index d_ff) : gate(max_len, d_ff), up(max_len, d_ff) {}
+    SwiGluScratch(Index max_len, Index d_ff, int requested_threads = 1)
+        : gate(max_len, d_ff), up(max_len, d_ff), threads(detail::available_threads(requested_threads)) {}
 };
 
 template <typename T>
@@ -44,11 +48,11 @@ struct SwiGlu {
                             " but the call has ", n, " tokens x d_ff ", d_ff());
         auto gate = scratch.gate.topRows(n);  // [N x d_ff]
         auto up = scratch.up.topRows(n);      // [N x d_ff]
-        linear<T>(x, gate_proj, gate);
-        linear<T>(x, up_proj, up);
+        linear<T>(x, gate_proj, gate, scratch.threads, scratch.min_parallel_flops);
+        linear<T>(x, up_proj, up, scratch.threads, scratch.min_parallel_flops);
         // silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), fused with the product by up.
         gate.array() = gate.array() / (T(1) + (-gate.array()).exp()) * up.array();
-        linear<T>(gate, down_proj, out);
+        linear<T>(gate, down_proj, out, scratch.threads, scratch.min_parallel_flops);
     }
 
     /// 3 d_model d_ff (gate, up and down projections, no biases).

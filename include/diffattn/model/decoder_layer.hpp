@@ -29,10 +29,17 @@ struct LayerScratch {
     LayerScratch(const ModelConfig& config, Index max_len, int threads)
         : normed(max_len, config.hidden_size),
           branch(max_len, config.hidden_size),
-          mlp(max_len, config.intermediate_size),
+          mlp(max_len, config.intermediate_size, threads),
           attention(config.attention_config(), max_len, threads) {}
 
     Index max_len() const { return normed.rows(); }
+
+    /// Work (flops) per thread below which the heads and the products of a call run on fewer threads,
+    /// down to one (AttentionScratch and SwiGluScratch::min_parallel_flops; 0: always all threads).
+    void set_min_parallel_flops(double flops) {
+        attention.min_parallel_flops = flops;
+        mlp.min_parallel_flops = flops;
+    }
 };
 
 template <typename T>

@@ -178,7 +178,8 @@ public:
             cache->advance(n);
         }
         norm(x, normed);
-        linear<T>(normed, config_.tie_word_embeddings ? embed_tokens : lm_head, logits);
+        linear<T>(normed, config_.tie_word_embeddings ? embed_tokens : lm_head, logits, state.threads(),
+                  state.layer.attention.min_parallel_flops);
     }
 
     /// As above, into state.logits; returns a view of its first N rows [N x V] (valid until the
