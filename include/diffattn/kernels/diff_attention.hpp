@@ -21,6 +21,14 @@ ResolvedOptions check_differential(const char* function, const ConstMatrixRef<T>
     return check_attention<T>(function, "Q1", "K1", "V", q1, k1, v, out, options);
 }
 
+/// out.row(q_begin + r) = O1 - lambda O2 (SPEC 2.2) for the rows [first, last) of a group whose
+/// two maps are `map1` and `map2` and whose first row is q_begin.
+template <typename T>
+void write_differential_rows(const OnlineSoftmaxState<T>& map1, const OnlineSoftmaxState<T>& map2, T lambda,
+                             Index q_begin, Index first, Index last, MatrixRef<T>& out) {
+    for (Index r = first; r < last; ++r) out.row(q_begin + r) = map1.normalized_row(r) - lambda * map2.normalized_row(r);
+}
+
 /// The two maps of one query block or group (q_rows <= kGroupRows): fills `map1`, `map2` and
 /// writes out = O1 - lambda O2 for rows [q_begin, q_begin + q_rows). Shared by DIFF and DINT.
 template <typename T, typename Mask>
@@ -31,9 +39,7 @@ void differential_block(const DotProductLogits<T>& logits1, const DotProductLogi
     OnlineSoftmaxState<T>& map2 = scratch.states[1];
     attend_block(logits1, mask, q_begin, q_rows, v, scratch, map1);
     attend_block(logits2, mask, q_begin, q_rows, v, scratch, map2);
-    for (Index r = 0; r < q_rows; ++r) {
-        out.row(q_begin + r) = map1.normalized_row(r) - lambda * map2.normalized_row(r);
-    }
+    write_differential_rows(map1, map2, lambda, q_begin, 0, q_rows, out);
 }
 
 template <typename T>

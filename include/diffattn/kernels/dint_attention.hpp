@@ -346,11 +346,11 @@ void dint_softmax_integral(const DotProductLogits<T>& logits1, const DotProductL
             } else {  // a block of rows of group `written`
                 const auto& maps = pipeline.maps[static_cast<std::size_t>(written % 3)];
                 const auto i = static_cast<std::size_t>(written % 2);
-                const Index first = (task - segments) * kQueryTile, last = std::min(first + kQueryTile, group_rows(written));
+                const Index q_begin = written * kGroupRows, first = (task - segments) * kQueryTile;
+                const Index last = std::min(first + kQueryTile, group_rows(written));
+                write_differential_rows(maps[0], maps[1], lambda, q_begin, first, last, out);
                 for (Index r = first; r < last; ++r) {
-                    auto row = out.row(written * kGroupRows + r);
-                    row = maps[0].normalized_row(r) - lambda * maps[1].normalized_row(r);
-                    add_merged_row(pipeline.segments[i].data(), pipeline.segment_count[i], r, lambda, row);
+                    add_merged_row(pipeline.segments[i].data(), pipeline.segment_count[i], r, lambda, out.row(q_begin + r));
                 }
             }
         });
