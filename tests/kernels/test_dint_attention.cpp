@@ -264,6 +264,47 @@ TEST_CASE("split_key_tiles cuts a group's key tiles into contiguous runs of abou
     }
 }
 
+TEST_CASE("order_key_runs hands out a group's key runs heaviest first", "[kernels][dint_attention]") {
+    // The pipeline's phases end when their last task does; a heavy run handed out last keeps one
+    // thread busy while the others wait. The order must be a permutation of the runs whose work
+    // (keys computed x rows) never increases, ties kept in run order.
+    std::vector<Index> segment_end(8), order(8);
+    const auto check = [&](const auto& mask, Index q_begin, Index q_rows, Index max_segments) {
+        const Index segments = detail::split_key_tiles(mask, q_begin, q_rows, max_segments, segment_end);
+        detail::order_key_runs(mask, q_begin, q_rows, segments, segment_end, order);
+        INFO("group [" << q_begin << ", " << q_begin + q_rows << "), " << segments << " runs");
+        std::vector<Index> work;
+        for (Index s = 0; s < segments; ++s) {
+            const auto i = static_cast<std::size_t>(s);
+            work.push_back(detail::key_range_work(mask, q_begin, q_rows, s == 0 ? 0 : segment_end[i - 1], segment_end[i]));
+        }
+        std::vector<Index> seen(order.begin(), order.begin() + segments);
+        std::sort(seen.begin(), seen.end());
+        for (Index s = 0; s < segments; ++s) CHECK(seen[static_cast<std::size_t>(s)] == s);
+        for (Index s = 1; s < segments; ++s) {
+            const Index before = order[static_cast<std::size_t>(s - 1)], run = order[static_cast<std::size_t>(s)];
+            CHECK(work[static_cast<std::size_t>(before)] >= work[static_cast<std::size_t>(run)]);
+            if (work[static_cast<std::size_t>(before)] == work[static_cast<std::size_t>(run)]) CHECK(before < run);
+        }
+    };
+    // A causal group of 6 key tiles in 4 runs: the diagonal tiles are light, so the runs differ.
+    check(CausalMask{0, 3 * kGroupRows}, 2 * kGroupRows, kGroupRows, 4);
+    for (Index max_segments : {1, 3, 8}) {
+        check(CausalMask{0, 6 * kGroupRows}, 5 * kGroupRows, kGroupRows, max_segments);
+        check(CausalMask{300, 2 * kGroupRows + 300}, kGroupRows, kGroupRows, max_segments);
+        check(NoMask{5 * kKeyTile + 17}, 0, kGroupRows, max_segments);
+    }
+    // The first case by hand: rows [512, 768) see keys [0, 768), 6 tiles of 128. Tiles 0-3 are full
+    // (256 rows x 128 keys = W); block by block, tile 4 holds 64 + 3 * 128 keys x 64 rows = 0.875 W and
+    // tile 5 (64 + 128) x 64 = 0.375 W. A quarter of the 5.25 W is 1.31 W, so the runs are tiles {0, 1},
+    // {2}, {3}, {4, 5}: 2 W, W, W, 1.25 W, handed out as runs 0, 3, 1, 2.
+    static_assert(kGroupRows == 256 && kKeyTile == 128 && kQueryTile == 64, "the hand count below assumes these");
+    REQUIRE(detail::split_key_tiles(CausalMask{0, 768}, 512, 256, 4, segment_end) == 4);
+    CHECK(std::vector<Index>(segment_end.begin(), segment_end.begin() + 4) == std::vector<Index>{256, 384, 512, 768});
+    detail::order_key_runs(CausalMask{0, 768}, 512, 256, 4, segment_end, order);
+    CHECK(std::vector<Index>(order.begin(), order.begin() + 4) == std::vector<Index>{0, 3, 1, 2});
+}
+
 TEMPLATE_TEST_CASE("dint_attention causal_softmax through its multi-thread pipeline: SPEC 7, and the same bits on every run",
                    "[kernels][dint_attention][threads]", float, double) {
     // With T > 1 threads the causal_softmax integral runs query groups through a three-phase

@@ -91,6 +91,7 @@ struct DintPipeline {
     std::array<std::vector<OnlineSoftmaxState<T>>, 2> segments;      ///< [group % 2][segment] integral map parts
     std::array<std::vector<Index>, 2> segment_end;                   ///< [group % 2][segment] end key of each
     std::array<Index, 2> segment_count{};                            ///< [group % 2] segments in use
+    std::vector<Index> run_order;                                    ///< segments of the group being integrated, heaviest first
 
     void reserve(Index value_dim, int threads) {
         const auto max_segments = static_cast<std::size_t>(kKeySegmentsPerThread * threads);
@@ -102,6 +103,7 @@ struct DintPipeline {
             for (auto& state : segments[i]) state.reserve(kGroupRows, value_dim);
             if (segment_end[i].size() < max_segments) segment_end[i].resize(max_segments);
         }
+        if (run_order.size() < max_segments) run_order.resize(max_segments);
     }
 };
 

@@ -99,38 +99,69 @@ private:
     Index rows_before_;        // query rows of earlier calls (the cache)
 };
 
+/// Work of the keys [k_begin, k_end) for query group [q_begin, q_begin + q_rows): the keys of the
+/// range that the group's blocks compute (the core's b_keys), times the blocks' rows. Under a causal
+/// mask a group's last tiles are seen by fewer of its blocks.
+template <typename Mask>
+Index key_range_work(const Mask& mask, Index q_begin, Index q_rows, Index k_begin, Index k_end) {
+    Index work = 0;
+    for (Index b = q_begin; b < q_begin + q_rows; b += kQueryTile) {
+        const Index b_end = std::min(b + kQueryTile, q_begin + q_rows);
+        work += std::clamp<Index>(std::min(k_end, block_visit_end(mask, b, b_end)) - k_begin, 0, k_end - k_begin) *
+                (b_end - b);
+    }
+    return work;
+}
+
 /// Cuts the key tiles a query group [q_begin, q_begin + q_rows) visits into at most `max_segments`
-/// runs of about equal work (under a causal mask the group's last tiles are seen by fewer of its
-/// blocks) and writes the end key of each run to segment_end. Returns the number of runs (0 when the
-/// group sees no key). Depends only on the mask, the group and max_segments, never on the threads
-/// that later run the segments.
+/// runs of about equal work (key_range_work) and writes the end key of each run to segment_end.
+/// Returns the number of runs (0 when the group sees no key). Depends only on the mask, the group
+/// and max_segments, never on the threads that later run the segments.
 template <typename Mask>
 Index split_key_tiles(const Mask& mask, Index q_begin, Index q_rows, Index max_segments,
                       std::vector<Index>& segment_end) {
     const Index visit_end = block_visit_end(mask, q_begin, q_begin + q_rows);
     const Index tiles = (visit_end + kKeyTile - 1) / kKeyTile;
     const Index segments = std::min(tiles, max_segments);
-    // Work of a tile: the keys of it that the group's blocks compute (the core's b_keys).
-    const auto tile_work = [&](Index k_begin) {
-        Index keys = 0;
-        for (Index b = q_begin; b < q_begin + q_rows; b += kQueryTile) {
-            const Index b_end = std::min(b + kQueryTile, q_begin + q_rows);
-            keys += std::clamp<Index>(block_visit_end(mask, b, b_end) - k_begin, 0, kKeyTile) * (b_end - b);
-        }
-        return keys;
+    const auto tile_work = [&](Index tile) {
+        return key_range_work(mask, q_begin, q_rows, tile * kKeyTile, (tile + 1) * kKeyTile);
     };
     Index total = 0;
-    for (Index t = 0; t < tiles; ++t) total += tile_work(t * kKeyTile);
+    for (Index t = 0; t < tiles; ++t) total += tile_work(t);
     Index done = 0, tile = 0;
     for (Index s = 0; s < segments; ++s) {
         // Run s takes tiles until its work reaches its share, leaving a tile for each later run.
         do {
-            done += tile_work(tile * kKeyTile);
+            done += tile_work(tile);
             ++tile;
         } while (tile < tiles - (segments - 1 - s) && done * segments < (s + 1) * total);
         segment_end[static_cast<std::size_t>(s)] = std::min(visit_end, tile * kKeyTile);
     }
     return segments;
+}
+
+/// The order in which to hand out the `segments` runs of split_key_tiles: heaviest first (ties by
+/// index). Whole tiles seldom split a group's work evenly (a causal group's diagonal tiles are light,
+/// so one run may carry twice another's work); a run started last then keeps one thread busy while
+/// the other waits at the end of the phase. Handing out the heaviest first (LPT) leaves the light
+/// ones to fill in.
+template <typename Mask>
+void order_key_runs(const Mask& mask, Index q_begin, Index q_rows, Index segments,
+                    const std::vector<Index>& segment_end, std::vector<Index>& order) {
+    const auto work = [&](Index s) {
+        const auto i = static_cast<std::size_t>(s);
+        return key_range_work(mask, q_begin, q_rows, s == 0 ? 0 : segment_end[i - 1], segment_end[i]);
+    };
+    for (Index s = 0; s < segments; ++s) order[static_cast<std::size_t>(s)] = s;
+    // Insertion sort: at most kKeySegmentsPerThread * threads entries, and no allocation.
+    for (Index i = 1; i < segments; ++i) {
+        const Index run = order[static_cast<std::size_t>(i)], run_work = work(run);
+        Index j = i;
+        for (; j > 0 && work(order[static_cast<std::size_t>(j - 1)]) < run_work; --j) {
+            order[static_cast<std::size_t>(j)] = order[static_cast<std::size_t>(j - 1)];
+        }
+        order[static_cast<std::size_t>(j)] = run;
+    }
 }
 
 /// Validates the DINT-specific options and the history, and sizes the history's sums.
@@ -280,7 +311,8 @@ void dint_mean_integral(const DotProductLogits<T>& logits1, const DotProductLogi
 /// the groups go through a pipeline of phases, each one parallel loop over these tasks:
 ///   - map 1 and map 2 of group p (two tasks);
 ///   - the integral map of group p - 1, its key tiles cut into up to kKeySegmentsPerThread * T runs
-///     of about equal work (split_key_tiles), each into its own online-softmax state. A key tile's
+///     of about equal work (split_key_tiles), handed out heaviest first (order_key_runs), each
+///     into its own online-softmax state. A key tile's
 ///     column sums are touched by one run, and all runs of a group end with their phase, before the
 ///     next group's start, so each column still takes its rows in order;
 ///   - the rows of group p - 2, one task per block: O1 - lambda O2 plus lambda times the merged runs
@@ -327,6 +359,8 @@ void dint_softmax_integral(const DotProductLogits<T>& logits1, const DotProductL
             std::vector<Index>& segment_end = pipeline.segment_end[static_cast<std::size_t>(integrated % 2)];
             segments = split_key_tiles(mask, integrated * kGroupRows, group_rows(integrated), max_segments, segment_end);
             pipeline.segment_count[static_cast<std::size_t>(integrated % 2)] = segments;
+            order_key_runs(mask, integrated * kGroupRows, group_rows(integrated), segments, segment_end,
+                           pipeline.run_order);
         }
         const Index write_tasks = written >= 0 ? query_block_count(group_rows(written)) : 0;
         parallel_for(map_tasks + segments + write_tasks, resolved.threads, Schedule::equal_tasks,
@@ -338,11 +372,11 @@ void dint_softmax_integral(const DotProductLogits<T>& logits1, const DotProductL
                              maps[static_cast<std::size_t>(task)]);
             } else if ((task -= map_tasks) < segments) {  // a run of group `integrated`'s key tiles
                 const auto i = static_cast<std::size_t>(integrated % 2);
-                const KeyRange keys{task == 0 ? 0 : pipeline.segment_end[i][static_cast<std::size_t>(task - 1)],
-                                    pipeline.segment_end[i][static_cast<std::size_t>(task)]};
+                const auto run = static_cast<std::size_t>(pipeline.run_order[static_cast<std::size_t>(task)]);
+                const KeyRange keys{run == 0 ? 0 : pipeline.segment_end[i][run - 1], pipeline.segment_end[i][run]};
                 integral_map(integrated * kGroupRows, group_rows(integrated),
                              pipeline.maps[static_cast<std::size_t>(integrated % 3)][0], keys, ws.block(thread),
-                             pipeline.segments[i][static_cast<std::size_t>(task)]);
+                             pipeline.segments[i][run]);
             } else {  // a block of rows of group `written`
                 const auto& maps = pipeline.maps[static_cast<std::size_t>(written % 3)];
                 const auto i = static_cast<std::size_t>(written % 2);
