@@ -13,6 +13,9 @@
 //   gemm/N:<N>/d:<d>/mask:<m>/threads:<T>
 //                                   Eigen SGEMM, square, with the flops of a softmax map of that
 //                                   N, d, mask (the chart's GEMM line); T > 1: T row panels (OpenMP)
+//   pair/what:<what>/N:<N>/d:<d>/mask:<m>
+//                                   two of the above timed call for call in alternation (run_pair,
+//                                   register_pairs): the issue's ratio targets at N 1024..4096
 //
 // FLOPs counted (the useful work of the formula): QK^T and PV of every map, 2 flops per
 // multiply-add, S = N, causal counted half. DIFF = 2 maps of value width 2d. DINT is counted as
@@ -27,7 +30,13 @@
 
 #include <diffattn/diffattn.hpp>
 
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <limits>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -93,23 +102,42 @@ struct Inputs {
 
 constexpr float kLambda = 0.8f;
 
-void run_kernel(benchmark::State& state, const Case& c) {
-    Inputs in(c);
-    diffattn::AttentionWorkspace<float> ws;
+/// One call of the kernel of `c` on inputs of its own (held by the returned function).
+std::function<void()> kernel_call(const Case& c) {
+    auto in = std::make_shared<Inputs>(c);
+    auto ws = std::make_shared<diffattn::AttentionWorkspace<float>>();
     const diffattn::AttentionOptions options = c.options();
-    auto call = [&] {
+    return [c, in, ws, options] {
         switch (c.kind) {
-            case Kind::softmax: diffattn::softmax_attention(in.q1, in.k1, in.v, in.out, options, &ws); break;
+            case Kind::softmax: diffattn::softmax_attention(in->q1, in->k1, in->v, in->out, options, ws.get()); break;
             case Kind::diff:
-                diffattn::diff_attention(in.q1, in.k1, in.q2, in.k2, in.v, kLambda, in.out, options, &ws);
+                diffattn::diff_attention(in->q1, in->k1, in->q2, in->k2, in->v, kLambda, in->out, options, ws.get());
                 break;
             case Kind::dint:
-                diffattn::dint_attention(in.q1, in.k1, in.q2, in.k2, in.v, kLambda, c.integral, in.out, options,
-                                         nullptr, &ws);
+                diffattn::dint_attention(in->q1, in->k1, in->q2, in->k2, in->v, kLambda, c.integral, in->out, options,
+                                         nullptr, ws.get());
                 break;
         }
-        benchmark::DoNotOptimize(in.out.data());
+        benchmark::DoNotOptimize(in->out.data());
     };
+}
+
+/// One call of an Eigen SGEMM with the flops of a softmax map of (N, d, mask) on c.threads
+/// threads (the chart's GEMM line), and those flops.
+std::pair<std::function<void()>, double> gemm_call(const Case& c) {
+    const Index e = bench::gemm_edge_for(c.flops());
+    auto abc = std::make_shared<std::array<Matrix, 3>>(
+        std::array<Matrix, 3>{bench::random_matrix(e, e, 1), bench::random_matrix(e, e, 2), Matrix(e, e)});
+    const int threads = c.threads;
+    return {[abc, threads] {
+                bench::gemm((*abc)[0], (*abc)[1], (*abc)[2], threads);
+                benchmark::DoNotOptimize((*abc)[2].data());
+            },
+            2.0 * double(e) * double(e) * double(e)};
+}
+
+void run_kernel(benchmark::State& state, const Case& c) {
+    const std::function<void()> call = kernel_call(c);
     call();  // warm-up: sizes the workspace, faults the pages in
     bench::run_and_report(state, c.flops(), c.threads, call);
 }
@@ -136,14 +164,155 @@ void run_reference(benchmark::State& state, const Case& c) {
 
 /// Eigen SGEMM with the flops of a softmax map of (N, d, mask): the chart's GEMM line.
 void run_gemm(benchmark::State& state, const Case& c) {
-    const Index e = bench::gemm_edge_for(c.flops());
-    const Matrix a = bench::random_matrix(e, e, 1), b = bench::random_matrix(e, e, 2);
-    Matrix out(e, e);
-    state.counters["edge"] = double(e);
-    bench::run_and_report(state, 2.0 * double(e) * double(e) * double(e), c.threads, [&] {
-        bench::gemm(a, b, out, c.threads);
-        benchmark::DoNotOptimize(out.data());
-    });
+    const auto [call, flops] = gemm_call(c);
+    state.counters["edge"] = double(bench::gemm_edge_for(c.flops()));
+    bench::run_and_report(state, flops, c.threads, call);
+}
+
+/// Register-only FMA work of `flops` flops shared by `threads` threads: what the machine's cores
+/// give when nothing but arithmetic is asked of them. Its 2-thread speed-up gauges the second core:
+/// ~2 when the two virtual CPUs run on two free physical cores, less when they share one, or when
+/// other guests share ours.
+void fma_work(double flops, int threads) {
+    constexpr int chains = 8, lanes = 16;  // independent accumulators: enough to fill the FMA pipes
+    const long iterations = long(flops / (2.0 * chains * lanes) / threads);
+    float total = 0;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) reduction(+ : total)
+#endif
+    for (int t = 0; t < threads; ++t) {
+        float acc[chains][lanes];
+        for (int c = 0; c < chains; ++c) {
+            for (int l = 0; l < lanes; ++l) acc[c][l] = float(t + c + l);
+        }
+        for (long i = 0; i < iterations; ++i) {
+            for (int c = 0; c < chains; ++c) {
+                for (int l = 0; l < lanes; ++l) acc[c][l] = acc[c][l] * 0.999999f + 1e-7f;
+            }
+        }
+        for (int c = 0; c < chains; ++c) {
+            for (int l = 0; l < lanes; ++l) total += acc[c][l];
+        }
+    }
+    benchmark::DoNotOptimize(total);
+}
+
+/// One side of a paired benchmark: a kernel case, the GEMM of a softmax case's flops, or FMA work
+/// of the case's flops on its threads.
+struct Side {
+    enum class Source { kernel, gemm, fma };
+    Case c;
+    Source source = Source::kernel;
+};
+
+/// A paired benchmark: the two sides' calls alternate (which one goes first alternates too), each
+/// call timed on its own, so both sides meet the same machine, call for call. Counters:
+///   ratio       median over the pairs of (time(first) / flops(first)) / (time(second) / flops(second)),
+///               the time per useful flop of the first over the second's
+///   ratio_best  the same from each side's fastest call
+///   pairs       pairs timed
+/// Other load on a shared machine comes and goes over seconds to minutes: it slows both calls of a
+/// pair alike, so their ratio keeps what the two sides' own benchmarks, run minutes apart, lose.
+void run_pair(benchmark::State& state, const Side& first, const Side& second) {
+    const auto make = [](const Side& side) -> std::pair<std::function<void()>, double> {
+        switch (side.source) {
+            case Side::Source::gemm: return gemm_call(side.c);
+            case Side::Source::fma: {
+                const double flops = side.c.flops();
+                const int threads = side.c.threads;
+                return {[flops, threads] { fma_work(flops, threads); }, flops};
+            }
+            case Side::Source::kernel: break;
+        }
+        return {kernel_call(side.c), side.c.flops()};
+    };
+    const auto [call_first, flops_first] = make(first);
+    const auto [call_second, flops_second] = make(second);
+    call_first();  // warm-up
+    call_second();
+    const auto timed = [](const std::function<void()>& call) {
+        const auto start = bench::Clock::now();
+        call();
+        return bench::seconds_since(start);
+    };
+    std::vector<double> ratios;
+    double best_first = std::numeric_limits<double>::infinity(), best_second = best_first;
+    bool first_leads = true;
+    for (auto _ : state) {
+        double t_first = 0, t_second = 0;
+        if (first_leads) {
+            t_first = timed(call_first);
+            t_second = timed(call_second);
+        } else {
+            t_second = timed(call_second);
+            t_first = timed(call_first);
+        }
+        first_leads = !first_leads;
+        best_first = std::min(best_first, t_first);
+        best_second = std::min(best_second, t_second);
+        ratios.push_back((t_first / flops_first) / (t_second / flops_second));
+    }
+    std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(ratios.size() / 2), ratios.end());
+    state.counters["ratio"] = ratios[ratios.size() / 2];
+    state.counters["ratio_best"] = (best_first / flops_first) / (best_second / flops_second);
+    state.counters["pairs"] = double(ratios.size());
+}
+
+/// The pairs behind issue 5's ratio targets, at N 1024 to 4096 (above, one call takes long enough
+/// that a pair sees few calls), named pair/what:<what>/N:<N>/d:<d>/mask:<mask> (d and mask of the
+/// first side):
+///   scaling_<family>       the kernel on 1 thread vs on 2 (ratio = the 2-thread speed-up), for the
+///                          headline kernels, the GEMM, and register-only FMA work (fma_work: the
+///                          machine's own 2-core speed-up, a gauge for the others)
+///   gemm_vs_softmax        SGEMM of equal flops vs softmax d128, 1 thread (ratio = vs_gemm)
+///   gemm_vs_softmax_2thr   1-thread SGEMM vs softmax d128 on 2 threads (ratio = the 2-thread rate
+///                          over the 1-thread SGEMM rate)
+///   diff_vs_softmax        DIFF d vs softmax d128 (ratio = DIFF's time per useful flop over softmax's)
+///   dint_<mode>_vs_diff    DINT vs DIFF, same N, d, mask (ratio = the time ratio)
+void register_pairs(const bench::BenchArgs& args, const std::vector<Index>& sizes) {
+    const auto make = [](Kind kind, Index n, Index d, bool causal, int threads,
+                         DintIntegral integral = DintIntegral::causal_softmax) {
+        Case c;
+        c.kind = kind;
+        c.integral = integral;
+        c.n = n;
+        c.d = d;
+        c.causal = causal;
+        c.threads = threads;
+        return c;
+    };
+    const auto add = [&](const std::string& what, const Side& first, const Side& second) {
+        Name name("pair");
+        name("what", what)("N", first.c.n)("d", first.c.d)("mask", first.c.causal ? "causal" : "none");
+        bench::add(args, name, [first, second](benchmark::State& s) { run_pair(s, first, second); });
+    };
+    using Source = Side::Source;
+    for (Index n : sizes) {
+        if (n < 1024 || n > 4096) continue;
+        for (bool causal : {true, false}) {
+            const Case softmax1 = make(Kind::softmax, n, 128, causal, 1), softmax2 = make(Kind::softmax, n, 128, causal, 2);
+            add("scaling_softmax", {softmax1}, {softmax2});
+            add("gemm_vs_softmax", {softmax1, Source::gemm}, {softmax1});
+            add("gemm_vs_softmax_2thr", {softmax1, Source::gemm}, {softmax2});
+            for (Index d : {64, 128}) add("diff_vs_softmax", {make(Kind::diff, n, d, causal, 1)}, {softmax1});
+        }
+        add("scaling_gemm", {make(Kind::softmax, n, 128, true, 1), Source::gemm},
+            {make(Kind::softmax, n, 128, true, 2), Source::gemm});
+        add("scaling_fma", {make(Kind::softmax, n, 128, true, 1), Source::fma},
+            {make(Kind::softmax, n, 128, true, 2), Source::fma});
+        add("scaling_diff", {make(Kind::diff, n, 64, true, 1)}, {make(Kind::diff, n, 64, true, 2)});
+        for (auto [integral, causal] : {std::pair{DintIntegral::causal_softmax, true},
+                                        std::pair{DintIntegral::causal_mean, true},
+                                        std::pair{DintIntegral::global_mean, false}}) {
+            const std::string mode = diffattn::to_string(integral);
+            add("scaling_dint_" + mode, {make(Kind::dint, n, 64, causal, 1, integral)},
+                {make(Kind::dint, n, 64, causal, 2, integral)});
+            for (Index d : {64, 128}) {
+                add("dint_" + mode + "_vs_diff", {make(Kind::dint, n, d, causal, 1, integral)},
+                    {make(Kind::diff, n, d, causal, 1)});
+            }
+        }
+    }
 }
 
 void register_all(const bench::BenchArgs& args) {
@@ -210,6 +379,7 @@ void register_all(const bench::BenchArgs& args) {
             bench::add(args, g.name("gemm"), [g](benchmark::State& s) { run_gemm(s, g); });
         }
     }
+    register_pairs(args, sizes);
 }
 
 }  // namespace

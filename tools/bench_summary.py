@@ -189,6 +189,79 @@ SCALING_KERNELS = (("softmax", 128, "causal"), ("softmax", 128, "none"), ("diff"
                    ("dint_global_mean", 64, "none"))
 
 
+# Paired benchmarks (bench_kernels' pair/what:<what>/N/d/mask): issue 5's ratio targets, each from
+# its two sides timed call for call in alternation. (what, d, mask, target label, limit, at least?)
+PAIR_TARGETS = (
+    ("softmax d128, 1 thr: vs_gemm >= 0.90", (("gemm_vs_softmax", 128, m) for m in ("causal", "none")), 0.90, True),
+    ("softmax d128, 2 thr / 1-thr GEMM rate >= 1.75",
+     (("gemm_vs_softmax_2thr", 128, m) for m in ("causal", "none")), 1.75, True),
+    ("DIFF time per flop / softmax d128's <= 1.5 (d 64 and 128)",
+     (("diff_vs_softmax", d, m) for d in (64, 128) for m in ("causal", "none")), 1.5, False),
+    ("DINT causal_mean / DIFF time <= 1.05 (causal, d 64 and 128)",
+     (("dint_causal_mean_vs_diff", d, "causal") for d in (64, 128)), 1.05, False),
+    ("DINT global_mean / DIFF time <= 1.05 (none, d 64 and 128)",
+     (("dint_global_mean_vs_diff", d, "none") for d in (64, 128)), 1.05, False),
+    ("DINT causal_softmax / DIFF time <= 2.50 (causal, d 64 and 128)",
+     (("dint_causal_softmax_vs_diff", d, "causal") for d in (64, 128)), 2.5, False),
+    ("2 threads / 1 thread >= 1.85 (the headline kernels)",
+     (("scaling_" + f, d, m) for f, d, m in (("softmax", 128, "causal"), ("softmax", 128, "none"), ("diff", 64, "causal"),
+                                             ("dint_causal_softmax", 64, "causal"), ("dint_causal_mean", 64, "causal"),
+                                             ("dint_global_mean", 64, "none"))), 1.85, True),
+    ("  (Eigen SGEMM's own: 2 threads / 1 thread)", (("scaling_gemm", 128, "causal"),), None, True),
+    ("  (register-only FMA work: 2 threads / 1 thread)", (("scaling_fma", 128, "causal"),), None, True),
+)
+
+
+def pair_sections(records):
+    """Issue 5's ratio targets from the paired benchmarks, and the pairs per N."""
+    pairs = [r for r in records if r.family == "pair"]
+    if not pairs:
+        return []
+    sizes = sorted({r.params["N"] for r in pairs if "N" in r.params})
+
+    def find(what, n, d, mask):
+        return bench_json.find(pairs, "pair", what=what, N=n, d=d, mask=mask)
+
+    t = Table("Targets (issue 5) from paired benchmarks", ["pairs median", "worst", "best median", "worst", "points",
+                                                          "met pairs", "met best"],
+              "N %s; each point from one benchmark whose two sides alternate call by call, so both meet the "
+              "same machine: pairs = the median over its pairs of the per-pair ratio, best = the ratio of the "
+              "two sides' fastest calls; median and worst over the points; met: median/worst "
+              "(docs/benchmarks.md)" % "-".join(str(n) for n in (sizes[0], sizes[-1])))
+    for label, spec, limit, at_least in PAIR_TARGETS:
+        spec = list(spec)
+        cells, verdicts, points = [], [], 0
+        for counter in ("ratio", "ratio_best"):
+            values = [r.get(counter) for r in (find(w, n, d, m) for w, d, m in spec for n in sizes) if r is not None]
+            values = [v for v in values if v is not None]
+            if not values:
+                cells += [None, None]
+                verdicts.append("-")
+                continue
+            points = max(points, len(values))
+            mid, bad = statistics.median(values), (min(values) if at_least else max(values))
+            cells += ["%.2f" % mid, "%.2f" % bad]
+            if limit is None:
+                verdicts.append("info")
+            else:
+                met = (lambda v: v >= limit) if at_least else (lambda v: v <= limit)
+                verdicts.append("%s/%s" % ("yes" if met(mid) else "NO", "yes" if met(bad) else "NO"))
+        if points:
+            t.add(label, cells + [str(points)] + verdicts)
+
+    per_n = Table("Paired benchmarks", ["N=%d" % n for n in sizes],
+                  "median of the per-pair ratios, with the fastest calls' ratio in brackets; what each ratio is: "
+                  "docs/benchmarks.md")
+    for what, d, mask in sorted({(r.params.get("what"), r.params.get("d"), r.params.get("mask")) for r in pairs}):
+        cells = []
+        for n in sizes:
+            r = find(what, n, d, mask)
+            cells.append(None if r is None or r.get("ratio") is None else
+                         "%.2f (%.2f)" % (r.get("ratio"), r.get("ratio_best", float("nan"))))
+        per_n.add("%s d%s %s" % (what, d, mask), cells)
+    return [t, per_n]
+
+
 def kernel_sections(records):
     """Per-N tables of the kernels. Each row is in the best reading (fastest calls), with the typical
     reading (mean times) on the line under it."""
@@ -379,7 +452,7 @@ def main(argv=None):
         head += ", load avg %s" % ", ".join("%.1f" % x for x in ctx["load_avg"])
     print(head)
     print()
-    for table in (targets_section(records) + kernel_sections(records) + projection_section(records) + model_section(records)
+    for table in (targets_section(records) + pair_sections(records) + kernel_sections(records) + projection_section(records) + model_section(records)
                   + decode_section(records) + memory_section(records)):
         text = table.render(args.markdown)
         if text:
