@@ -87,6 +87,26 @@ READINGS = {"typical": {"seconds": "seconds", "GFLOPs": "GFLOPs", "vs_gemm": "vs
             "best": {"seconds": "best_seconds", "GFLOPs": "GFLOPs_best", "vs_gemm": "vs_gemm_best"}}
 
 
+def add_target_row(t, label, value_lists, pick, fmt, met):
+    """One target's row: for each list of figures (one per reading), the median and the worst
+    (pick: min or max, whichever is worse) in `fmt`; then the number of points; then, per reading,
+    whether the median / the worst meet it ("yes/NO"; "info" when met is None). Missing figures
+    (None) are left out; a row with none at all is not added."""
+    cells, verdicts, points = [], [], 0
+    for values in value_lists:
+        values = [v for v in values if v is not None]
+        if not values:
+            cells += [None, None]
+            verdicts.append("-")
+            continue
+        points = max(points, len(values))
+        mid, bad = statistics.median(values), pick(values)
+        cells += [fmt % mid, fmt % bad]
+        verdicts.append("%s/%s" % ("yes" if met(mid) else "NO", "yes" if met(bad) else "NO") if met else "info")
+    if points:
+        t.add(label, cells + [str(points)] + verdicts)
+
+
 def targets_section(records):
     """Issue 5's targets, each with the median and worst figure of this run over the points it
     covers (N >= 1024 for the kernels) and whether each meets it, in both readings.
@@ -99,21 +119,8 @@ def targets_section(records):
     big = sorted({r.params["N"] for r in records if r.family in ("softmax", "diff") and r.params.get("N", 0) >= 1024})
 
     def row(t, label, figures, pick, fmt, met):
-        """figures(reading) -> the figure at every point the target covers; pick: min or max,
-        whichever is worse."""
-        cells, verdicts, points = [], [], 0
-        for reading in ("typical", "best"):
-            values = [v for v in figures(READINGS[reading]) if v is not None]
-            if not values:
-                cells += [None, None]
-                verdicts.append("-")
-                continue
-            points = max(points, len(values))
-            mid, bad = statistics.median(values), pick(values)
-            cells += [fmt % mid, fmt % bad]
-            verdicts.append("%s/%s" % ("yes" if met(mid) else "NO", "yes" if met(bad) else "NO") if met else "info")
-        if points:
-            t.add(label, cells + [str(points)] + verdicts)
+        """figures(reading) -> the figure at every point the target covers, in each reading."""
+        add_target_row(t, label, [figures(READINGS[reading]) for reading in ("typical", "best")], pick, fmt, met)
 
     t = Table("Targets (issue 5)", ["typical median", "worst", "best median", "worst", "points",
                                     "met typical", "met best"],
@@ -230,24 +237,11 @@ def pair_sections(records):
               "(docs/benchmarks.md)" % "-".join(str(n) for n in (sizes[0], sizes[-1])))
     for label, spec, limit, at_least in PAIR_TARGETS:
         spec = list(spec)
-        cells, verdicts, points = [], [], 0
-        for counter in ("ratio", "ratio_best"):
-            values = [r.get(counter) for r in (find(w, n, d, m) for w, d, m in spec for n in sizes) if r is not None]
-            values = [v for v in values if v is not None]
-            if not values:
-                cells += [None, None]
-                verdicts.append("-")
-                continue
-            points = max(points, len(values))
-            mid, bad = statistics.median(values), (min(values) if at_least else max(values))
-            cells += ["%.2f" % mid, "%.2f" % bad]
-            if limit is None:
-                verdicts.append("info")
-            else:
-                met = (lambda v: v >= limit) if at_least else (lambda v: v <= limit)
-                verdicts.append("%s/%s" % ("yes" if met(mid) else "NO", "yes" if met(bad) else "NO"))
-        if points:
-            t.add(label, cells + [str(points)] + verdicts)
+        found = [find(w, n, d, m) for w, d, m in spec for n in sizes]
+        met = None if limit is None else (lambda v, limit=limit: v >= limit) if at_least else \
+            (lambda v, limit=limit: v <= limit)
+        add_target_row(t, label, [[r.get(counter) for r in found if r is not None] for counter in ("ratio", "ratio_best")],
+                       min if at_least else max, "%.2f", met)
 
     per_n = Table("Paired benchmarks", ["N=%d" % n for n in sizes],
                   "median of the per-pair ratios, with the fastest calls' ratio in brackets; what each ratio is: "
