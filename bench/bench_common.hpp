@@ -17,6 +17,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -48,6 +49,14 @@ inline Matrix random_matrix(Index rows, Index cols, unsigned seed, float scale =
 
 inline double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+/// Wall seconds of one call of `f`.
+template <typename F>
+double time_call(F&& f) {
+    const auto start = Clock::now();
+    f();
+    return seconds_since(start);
 }
 
 /// Useful flops of one attention map: QK^T (2 N S d) + PV (2 N S dv), S = N, causal counted half.
@@ -91,29 +100,28 @@ struct GemmRate {
 /// in a run has had as many chances as the kernels to meet a quiet machine.
 inline GemmRate gemm_rate_for_edge(Index e, int threads) {
     static std::map<std::pair<Index, int>, GemmRate> cache;
-    static std::map<Index, std::pair<Matrix, Matrix>> operands;
-    auto& ab = operands[e];
-    if (ab.first.rows() != e) ab = {random_matrix(e, e, 11), random_matrix(e, e, 12)};
-    Matrix c(e, e);
+    static std::map<Index, std::array<Matrix, 3>> operands;  // a, b, c per edge, kept for later uses
+    std::array<Matrix, 3>& abc = operands[e];
+    if (abc[0].rows() != e) abc = {random_matrix(e, e, 11), random_matrix(e, e, 12), Matrix(e, e)};
     const double flops = 2.0 * double(e) * double(e) * double(e);
     GemmRate& rate = cache[std::make_pair(e, threads)];
+    const auto product = [&] {
+        gemm(abc[0], abc[1], abc[2], threads);
+        benchmark::DoNotOptimize(abc[2].data());
+    };
     const auto timed_runs = [&](double min_seconds, int min_runs) {
         int runs = 0;
-        double fastest = 0;
+        double fastest = std::numeric_limits<double>::infinity();
         const auto start = Clock::now();
         while (runs < min_runs || (seconds_since(start) < min_seconds && runs < 1000)) {
-            const auto call = Clock::now();
-            gemm(ab.first, ab.second, c, threads);
-            benchmark::DoNotOptimize(c.data());
-            const double s = seconds_since(call);
-            fastest = runs == 0 ? s : std::min(fastest, s);
+            fastest = std::min(fastest, time_call(product));
             ++runs;
         }
         rate.best = std::max(rate.best, flops / fastest / 1e9);
         return flops * runs / seconds_since(start) / 1e9;
     };
-    gemm(ab.first, ab.second, c, threads);  // warm-up (page faults, thread team)
     if (rate.mean == 0) {
+        product();  // warm-up (page faults, thread team); later uses find the pages and team warm
         rate.mean = timed_runs(0.2, 2);
     } else {
         timed_runs(0.05, 1);
@@ -143,11 +151,7 @@ double run_and_report(benchmark::State& state, double flops_per_iteration, int t
     const GemmRate gemm_rate = gemm_rate_equal_flops(flops_per_iteration, threads);
     double fastest = std::numeric_limits<double>::infinity();
     const auto start = Clock::now();
-    for (auto _ : state) {
-        const auto call = Clock::now();
-        body();
-        fastest = std::min(fastest, seconds_since(call));
-    }
+    for (auto _ : state) fastest = std::min(fastest, time_call(body));
     const double seconds = seconds_since(start);
     const double rate = flops_per_iteration * double(state.iterations()) / seconds / 1e9;
     const double best_rate = flops_per_iteration / fastest / 1e9;

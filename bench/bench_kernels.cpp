@@ -230,22 +230,17 @@ void run_pair(benchmark::State& state, const Side& first, const Side& second) {
     const auto [call_second, flops_second] = make(second);
     call_first();  // warm-up
     call_second();
-    const auto timed = [](const std::function<void()>& call) {
-        const auto start = bench::Clock::now();
-        call();
-        return bench::seconds_since(start);
-    };
     std::vector<double> ratios;
     double best_first = std::numeric_limits<double>::infinity(), best_second = best_first;
     bool first_leads = true;
     for (auto _ : state) {
         double t_first = 0, t_second = 0;
         if (first_leads) {
-            t_first = timed(call_first);
-            t_second = timed(call_second);
+            t_first = bench::time_call(call_first);
+            t_second = bench::time_call(call_second);
         } else {
-            t_second = timed(call_second);
-            t_first = timed(call_first);
+            t_second = bench::time_call(call_second);
+            t_first = bench::time_call(call_first);
         }
         first_leads = !first_leads;
         best_first = std::min(best_first, t_first);
