@@ -178,6 +178,53 @@ TEMPLATE_TEST_CASE("Shared DIFF: projecting through the factors and through merg
     CHECK((run(module, x) - factored).cwiseAbs().maxCoeff() == T(0));
 }
 
+TEMPLATE_TEST_CASE("Shared DIFF: the factored projection's token blocks give the formula on any thread count",
+                   "[layers][attention][shared_diff][threads]", float, double) {
+    using T = TestType;
+    const Index D = 32, H = 2, d = 8, r = 3, maps = 2 * H;
+    const Index n = 805;  // 3 token blocks of 269, 269 and 267 rows: a block offset bug shows
+    REQUIRE(detail::shared_diff_token_block(n) == 269);
+    SharedDiffFactors<T> f(D, H, d, r);
+    f.q_base = seeded_input<T>(d, D, 1);
+    f.k_base = seeded_input<T>(d, D, 2);
+    f.q_a = seeded_input<T>(D, maps * r, 3);
+    f.k_a = seeded_input<T>(D, maps * r, 4);
+    f.q_b = seeded_input<T>(maps * d, r, 5);
+    f.k_b = seeded_input<T>(maps * d, r, 6);
+    const RowMatrix<T> x = seeded_input<T>(n, D, 7);
+    const auto project = [&](int threads) {
+        RowMatrix<T> base(n, 2 * d), xa(n, 2 * maps * r), q(n, maps * d), k(n, maps * d);
+        f.project(x, base, xa, q, k, threads, 0.0);  // min flops 0: every block count on `threads` threads
+        RowMatrix<T> qk(n, 2 * maps * d);
+        qk << q, k;
+        return qk;
+    };
+    const RowMatrix<T> one = project(1);
+    // SPEC 3.3 in double: map t of Q is X q_base^T + (X a_t) b_t^T; likewise K.
+    const RowMatrix<double> xd = x.template cast<double>();
+    RowMatrix<double> expected(n, 2 * maps * d);
+    const RowMatrix<T>* bases[2] = {&f.q_base, &f.k_base};
+    const RowMatrix<T>* as[2] = {&f.q_a, &f.k_a};
+    const RowMatrix<T>* bs[2] = {&f.q_b, &f.k_b};
+    for (int which = 0; which < 2; ++which) {
+        for (Index t = 0; t < maps; ++t) {
+            expected.middleCols((which * maps + t) * d, d) =
+                xd * bases[which]->template cast<double>().transpose() +
+                (xd * as[which]->middleCols(t * r, r).template cast<double>()) *
+                    bs[which]->middleRows(t * d, d).template cast<double>().transpose();
+        }
+    }
+    const double scale = std::max(1.0, expected.cwiseAbs().maxCoeff());
+    CHECK((one.template cast<double>() - expected).cwiseAbs().maxCoeff() / scale < module_tolerance<T>());
+    for (int threads : {2, 3}) CHECK((project(threads) - one).cwiseAbs().maxCoeff() == T(0));
+    // Mis-sized scratch or outputs are named, not written past.
+    RowMatrix<T> base(n, 2 * d), xa(n, 2 * maps * r), q(n, maps * d), short_k(n - 1, maps * d), narrow_xa(n, maps * r);
+    CHECK_THROWS_WITH(f.project(x, base, xa, q, short_k),
+                      Catch::Contains("k is 804x32 but must be 805x32") && Catch::Contains("SharedDiffFactors::project"));
+    CHECK_THROWS_AS(f.project(x, base, narrow_xa, q, q), ShapeError);
+    CHECK_THROWS_AS(f.project(x.leftCols(D - 1), base, xa, q, q), ShapeError);
+}
+
 TEMPLATE_TEST_CASE("results do not depend on the number of threads", "[layers][attention][threads]", float, double) {
     using T = TestType;
     for (const Case& c : cases()) {

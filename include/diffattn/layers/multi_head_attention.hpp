@@ -254,7 +254,8 @@ private:
                                   AttentionScratch<T>& scratch) const {
         if (config_.kind == AttentionKind::shared_diff && !merged_) {
             const Index n = x.rows();
-            weights_.shared.project(x, scratch.shared_base.topRows(n), scratch.shared_xa.topRows(n), q, k);
+            weights_.shared.project(x, scratch.shared_base.topRows(n), scratch.shared_xa.topRows(n), q, k, scratch.threads,
+                                    scratch.min_parallel_flops);
             return;
         }
         linear<T>(x, weights_.q_proj, q, scratch.threads, scratch.min_parallel_flops);

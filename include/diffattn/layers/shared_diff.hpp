@@ -13,13 +13,24 @@
 // are scattered into it by the parameter list (layers/parameters.hpp).
 #pragma once
 
+#include "diffattn/core/checks.hpp"
+#include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/layers/linear.hpp"
 #include "diffattn/layers/parameters.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 namespace diffattn {
+
+namespace detail {
+/// Tokens per block of the factored projection: about 256 (detail::linear_block), which gives a
+/// 1024-token forward 4 blocks to share out, while each block still runs its products over
+/// 256+ rows (re-packing a block's weights costs ~1/256 of its products).
+inline Index shared_diff_token_block(Index tokens) { return linear_block(tokens, 256, 1); }
+}  // namespace detail
 
 template <typename T>
 struct SharedDiffFactors {
@@ -42,11 +53,34 @@ struct SharedDiffFactors {
 
     /// Factored projection of queries and keys.
     ///   x [N x D]; base [N x 2d] and xa [N x 4 H r] scratch; q, k [N x 2H d] (map t at [t d, (t+1) d)).
-    void project(const ConstMatrixRef<T>& x, MatrixRef<T> base, MatrixRef<T> xa, MatrixRef<T> q,
-                 MatrixRef<T> k) const {
-        const Index d = head_dim(), r = rank(), maps = n_maps();
-        project_one(x, q_base, q_a, q_b, base.leftCols(d), xa.leftCols(maps * r), q, d, r, maps);
-        project_one(x, k_base, k_a, k_b, base.rightCols(d), xa.rightCols(maps * r), k, d, r, maps);
+    ///   threads: the tokens are cut into fixed blocks (detail::shared_diff_token_block), each projected
+    ///            whole (bases, X a and the maps of its rows) on one of up to `threads` threads, or on
+    ///            fewer when the work is below `min_flops_per_thread` per thread (core/parallel.hpp).
+    ///            The blocks depend on N only, so results do not depend on the thread count.
+    void project(const ConstMatrixRef<T>& x, MatrixRef<T> base, MatrixRef<T> xa, MatrixRef<T> q, MatrixRef<T> k,
+                 int threads = 1, double min_flops_per_thread = detail::kMinParallelFlopsPerThread) const {
+        const Index d = head_dim(), r = rank(), maps = n_maps(), tokens = x.rows();
+        constexpr const char* function = "SharedDiffFactors::project";
+        detail::require_same_cols(function, detail::named("x", x), detail::named("q_base", q_base));
+        detail::require_shape(function, detail::named("base", base), tokens, 2 * d);
+        detail::require_shape(function, detail::named("xa", xa), tokens, 2 * maps * r);
+        detail::require_shape(function, detail::named("q", q), tokens, maps * d);
+        detail::require_shape(function, detail::named("k", k), tokens, maps * d);
+        const Index block = detail::shared_diff_token_block(tokens);
+        const Index blocks = (tokens + block - 1) / block;
+        // Per token, for q and k each: X base^T (2 D d), X a (2 D 2H r), and the maps (2 2H r d).
+        const double flops = 4.0 * static_cast<double>(tokens) *
+                             static_cast<double>(x.cols() * d + x.cols() * maps * r + maps * r * d);
+        detail::parallel_for(blocks, detail::threads_for_work(threads, flops, min_flops_per_thread),
+                             detail::Schedule::equal_tasks, [&](Index b, int /*thread*/) {
+                                 const Index first = b * block, rows = std::min(block, tokens - first);
+                                 const auto x_rows = x.middleRows(first, rows);
+                                 project_one(x_rows, q_base, q_a, q_b, base.block(first, 0, rows, d),
+                                             xa.block(first, 0, rows, maps * r), q.middleRows(first, rows), d, r, maps);
+                                 project_one(x_rows, k_base, k_a, k_b, base.block(first, d, rows, d),
+                                             xa.block(first, maps * r, rows, maps * r), k.middleRows(first, rows), d,
+                                             r, maps);
+                             });
     }
 
     /// Merged weights in nn.Linear layout: q_proj, k_proj [2H d x D], rows of map t = base + b_t a_t^T.
@@ -79,9 +113,9 @@ struct SharedDiffFactors {
     }
 
 private:
-    static void project_one(const ConstMatrixRef<T>& x, const RowMatrix<T>& base_w, const RowMatrix<T>& a,
-                            const RowMatrix<T>& b, MatrixRef<T> base, MatrixRef<T> xa, MatrixRef<T> out, Index d,
-                            Index r, Index maps) {
+    template <typename Rows, typename Base, typename Xa, typename Out>
+    static void project_one(const Rows& x, const RowMatrix<T>& base_w, const RowMatrix<T>& a,
+                            const RowMatrix<T>& b, Base base, Xa xa, Out out, Index d, Index r, Index maps) {
         base.noalias() = x * base_w.transpose();  // [N x d]     X base^T, shared by all maps
         xa.noalias() = x * a;                     // [N x 2H r]  X a_t for every map t
         for (Index t = 0; t < maps; ++t) {
