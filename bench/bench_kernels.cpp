@@ -213,7 +213,13 @@ struct Side {
 ///   pairs       pairs timed
 /// Other load on a shared machine comes and goes over seconds to minutes: it slows both calls of a
 /// pair alike, so their ratio keeps what the two sides' own benchmarks, run minutes apart, lose.
-void run_pair(benchmark::State& state, const Side& first, const Side& second) {
+/// With `gauge`, each round also times register-only FMA work (fma_work) of each side's flops on
+/// that side's threads, in the same alternation, so that the round measures the machine's own ratio
+/// too (for a 2-thread speed-up: how much of a second core the machine gave in that round):
+///   gauge                 median over the rounds of the FMA work's ratio; gauge_best from its fastest calls
+///   ratio_vs_gauge        median over the rounds of ratio / the gauge's ratio in the same round
+///   ratio_vs_gauge_best   ratio_best / gauge_best
+void run_pair(benchmark::State& state, const Side& first, const Side& second, bool gauge = false) {
     const auto make = [](const Side& side) -> std::pair<std::function<void()>, double> {
         switch (side.source) {
             case Side::Source::gemm: return gemm_call(side.c);
@@ -226,31 +232,47 @@ void run_pair(benchmark::State& state, const Side& first, const Side& second) {
         }
         return {kernel_call(side.c), side.c.flops()};
     };
-    const auto [call_first, flops_first] = make(first);
-    const auto [call_second, flops_second] = make(second);
-    call_first();  // warm-up
-    call_second();
-    std::vector<double> ratios;
-    double best_first = std::numeric_limits<double>::infinity(), best_second = best_first;
-    bool first_leads = true;
-    for (auto _ : state) {
-        double t_first = 0, t_second = 0;
-        if (first_leads) {
-            t_first = bench::time_call(call_first);
-            t_second = bench::time_call(call_second);
-        } else {
-            t_second = bench::time_call(call_second);
-            t_first = bench::time_call(call_first);
-        }
-        first_leads = !first_leads;
-        best_first = std::min(best_first, t_first);
-        best_second = std::min(best_second, t_second);
-        ratios.push_back((t_first / flops_first) / (t_second / flops_second));
+    // The calls of a round: first, second, then (gauge) the FMA work of first and of second.
+    std::vector<std::pair<std::function<void()>, double>> calls = {make(first), make(second)};
+    if (gauge) {
+        calls.push_back(make({first.c, Side::Source::fma}));
+        calls.push_back(make({second.c, Side::Source::fma}));
     }
-    std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(ratios.size() / 2), ratios.end());
-    state.counters["ratio"] = ratios[ratios.size() / 2];
-    state.counters["ratio_best"] = (best_first / flops_first) / (best_second / flops_second);
+    for (const auto& call : calls) call.first();  // warm-up
+    const std::size_t count = calls.size();
+    std::vector<double> seconds(count), best(count, std::numeric_limits<double>::infinity());
+    // Time per flop of call `a` over call `a + 1`'s.
+    const auto ratio_of = [&](const std::vector<double>& t, std::size_t a) {
+        return (t[a] / calls[a].second) / (t[a + 1] / calls[a + 1].second);
+    };
+    std::vector<double> ratios, gauge_ratios, vs_gauge;
+    bool forward = true;
+    for (auto _ : state) {
+        for (std::size_t i = 0; i < count; ++i) {
+            const std::size_t c = forward ? i : count - 1 - i;
+            seconds[c] = bench::time_call(calls[c].first);
+            best[c] = std::min(best[c], seconds[c]);
+        }
+        forward = !forward;
+        ratios.push_back(ratio_of(seconds, 0));
+        if (gauge) {
+            gauge_ratios.push_back(ratio_of(seconds, 2));
+            vs_gauge.push_back(ratios.back() / gauge_ratios.back());
+        }
+    }
+    const auto median = [](std::vector<double>& v) {
+        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+        return v[v.size() / 2];
+    };
+    state.counters["ratio"] = median(ratios);
+    state.counters["ratio_best"] = ratio_of(best, 0);
     state.counters["pairs"] = double(ratios.size());
+    if (gauge) {
+        state.counters["gauge"] = median(gauge_ratios);
+        state.counters["gauge_best"] = ratio_of(best, 2);
+        state.counters["ratio_vs_gauge"] = median(vs_gauge);
+        state.counters["ratio_vs_gauge_best"] = ratio_of(best, 0) / ratio_of(best, 2);
+    }
 }
 
 /// The pairs behind issue 5's ratio targets, at N 1024 to 4096 (above, one call takes long enough
@@ -258,7 +280,8 @@ void run_pair(benchmark::State& state, const Side& first, const Side& second) {
 /// first side):
 ///   scaling_<family>       the kernel on 1 thread vs on 2 (ratio = the 2-thread speed-up), for the
 ///                          headline kernels, the GEMM, and register-only FMA work (fma_work: the
-///                          machine's own 2-core speed-up, a gauge for the others)
+///                          machine's own 2-core speed-up, a gauge for the others); the kernels' and
+///                          the GEMM's also carry the gauge in every round (run_pair's ratio_vs_gauge)
 ///   gemm_vs_softmax        SGEMM of equal flops vs softmax d128, 1 thread (ratio = vs_gemm)
 ///   gemm_vs_softmax_2thr   1-thread SGEMM vs softmax d128 on 2 threads (ratio = the 2-thread rate
 ///                          over the 1-thread SGEMM rate)
@@ -276,32 +299,36 @@ void register_pairs(const bench::BenchArgs& args, const std::vector<Index>& size
         c.threads = threads;
         return c;
     };
-    const auto add = [&](const std::string& what, const Side& first, const Side& second) {
+    // gauge: the 2-thread speed-ups also time the FMA gauge in every round (run_pair); a round then
+    // takes about twice as long, so these run 4x the minimum time to keep enough rounds.
+    const auto add = [&](const std::string& what, const Side& first, const Side& second, bool gauge = false) {
         Name name("pair");
         name("what", what)("N", first.c.n)("d", first.c.d)("mask", first.c.causal ? "causal" : "none");
-        bench::add(args, name, [first, second](benchmark::State& s) { run_pair(s, first, second); });
+        benchmark::internal::Benchmark* b =
+            bench::add(args, name, [first, second, gauge](benchmark::State& s) { run_pair(s, first, second, gauge); });
+        if (gauge) b->MinTime(4 * args.min_time());
     };
     using Source = Side::Source;
     for (Index n : sizes) {
         if (n < 1024 || n > 4096) continue;
         for (bool causal : {true, false}) {
             const Case softmax1 = make(Kind::softmax, n, 128, causal, 1), softmax2 = make(Kind::softmax, n, 128, causal, 2);
-            add("scaling_softmax", {softmax1}, {softmax2});
+            add("scaling_softmax", {softmax1}, {softmax2}, true);
             add("gemm_vs_softmax", {softmax1, Source::gemm}, {softmax1});
             add("gemm_vs_softmax_2thr", {softmax1, Source::gemm}, {softmax2});
             for (Index d : {64, 128}) add("diff_vs_softmax", {make(Kind::diff, n, d, causal, 1)}, {softmax1});
         }
         add("scaling_gemm", {make(Kind::softmax, n, 128, true, 1), Source::gemm},
-            {make(Kind::softmax, n, 128, true, 2), Source::gemm});
+            {make(Kind::softmax, n, 128, true, 2), Source::gemm}, true);
         add("scaling_fma", {make(Kind::softmax, n, 128, true, 1), Source::fma},
             {make(Kind::softmax, n, 128, true, 2), Source::fma});
-        add("scaling_diff", {make(Kind::diff, n, 64, true, 1)}, {make(Kind::diff, n, 64, true, 2)});
+        add("scaling_diff", {make(Kind::diff, n, 64, true, 1)}, {make(Kind::diff, n, 64, true, 2)}, true);
         for (auto [integral, causal] : {std::pair{DintIntegral::causal_softmax, true},
                                         std::pair{DintIntegral::causal_mean, true},
                                         std::pair{DintIntegral::global_mean, false}}) {
             const std::string mode = diffattn::to_string(integral);
             add("scaling_dint_" + mode, {make(Kind::dint, n, 64, causal, 1, integral)},
-                {make(Kind::dint, n, 64, causal, 2, integral)});
+                {make(Kind::dint, n, 64, causal, 2, integral)}, true);
             for (Index d : {64, 128}) {
                 add("dint_" + mode + "_vs_diff", {make(Kind::dint, n, d, causal, 1, integral)},
                     {make(Kind::diff, n, d, causal, 1)});
