@@ -17,7 +17,6 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -88,6 +87,18 @@ inline Index gemm_edge_for(double flops) {
     return std::max<Index>(16, Index(std::lround(std::cbrt(flops / 2.0))));
 }
 
+/// An e x e x e SGEMM with operands of its own: a and b random (seeds `seed`, `seed + 1`), c its output.
+struct GemmProblem {
+    Matrix a, b, c;
+    GemmProblem(Index e, unsigned seed) : a(random_matrix(e, e, seed)), b(random_matrix(e, e, seed + 1)), c(e, e) {}
+    /// One product c = a b on `threads` threads (gemm).
+    void multiply(int threads) {
+        gemm(a, b, c, threads);
+        benchmark::DoNotOptimize(c.data());
+    }
+    double flops() const { return 2.0 * double(a.rows()) * double(a.rows()) * double(a.rows()); }
+};
+
 /// Rates of Eigen SGEMM e x e x e on `threads` threads, GFLOP/s.
 struct GemmRate {
     double mean = 0;  ///< over its first measurement (>= 0.2 s, >= 2 runs, after a warm-up): as GFLOPs
@@ -100,15 +111,11 @@ struct GemmRate {
 /// in a run has had as many chances as the kernels to meet a quiet machine.
 inline GemmRate gemm_rate_for_edge(Index e, int threads) {
     static std::map<std::pair<Index, int>, GemmRate> cache;
-    static std::map<Index, std::array<Matrix, 3>> operands;  // a, b, c per edge, kept for later uses
-    std::array<Matrix, 3>& abc = operands[e];
-    if (abc[0].rows() != e) abc = {random_matrix(e, e, 11), random_matrix(e, e, 12), Matrix(e, e)};
-    const double flops = 2.0 * double(e) * double(e) * double(e);
+    static std::map<Index, GemmProblem> problems;  // one per edge, kept for later uses
+    GemmProblem& problem = problems.try_emplace(e, e, 11u).first->second;
+    const double flops = problem.flops();
     GemmRate& rate = cache[std::make_pair(e, threads)];
-    const auto product = [&] {
-        gemm(abc[0], abc[1], abc[2], threads);
-        benchmark::DoNotOptimize(abc[2].data());
-    };
+    const auto product = [&] { problem.multiply(threads); };
     const auto timed_runs = [&](double min_seconds, int min_runs) {
         int runs = 0;
         double fastest = std::numeric_limits<double>::infinity();

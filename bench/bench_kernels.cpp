@@ -31,7 +31,6 @@
 #include <diffattn/diffattn.hpp>
 
 #include <algorithm>
-#include <array>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -125,15 +124,9 @@ std::function<void()> kernel_call(const Case& c) {
 /// One call of an Eigen SGEMM with the flops of a softmax map of (N, d, mask) on c.threads
 /// threads (the chart's GEMM line), and those flops.
 std::pair<std::function<void()>, double> gemm_call(const Case& c) {
-    const Index e = bench::gemm_edge_for(c.flops());
-    auto abc = std::make_shared<std::array<Matrix, 3>>(
-        std::array<Matrix, 3>{bench::random_matrix(e, e, 1), bench::random_matrix(e, e, 2), Matrix(e, e)});
+    auto problem = std::make_shared<bench::GemmProblem>(bench::gemm_edge_for(c.flops()), 1u);
     const int threads = c.threads;
-    return {[abc, threads] {
-                bench::gemm((*abc)[0], (*abc)[1], (*abc)[2], threads);
-                benchmark::DoNotOptimize((*abc)[2].data());
-            },
-            2.0 * double(e) * double(e) * double(e)};
+    return {[problem, threads] { problem->multiply(threads); }, problem->flops()};
 }
 
 void run_kernel(benchmark::State& state, const Case& c) {
@@ -290,14 +283,7 @@ void run_pair(benchmark::State& state, const Side& first, const Side& second, bo
 void register_pairs(const bench::BenchArgs& args, const std::vector<Index>& sizes) {
     const auto make = [](Kind kind, Index n, Index d, bool causal, int threads,
                          DintIntegral integral = DintIntegral::causal_softmax) {
-        Case c;
-        c.kind = kind;
-        c.integral = integral;
-        c.n = n;
-        c.d = d;
-        c.causal = causal;
-        c.threads = threads;
-        return c;
+        return Case{kind, integral, n, d, causal, threads};
     };
     // gauge: the 2-thread speed-ups also time the FMA gauge in every round (run_pair); a round then
     // takes about twice as long, so these run 4x the minimum time to keep enough rounds.
