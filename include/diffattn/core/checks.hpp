@@ -12,7 +12,7 @@
 
 namespace diffattn::detail {
 
-/// A matrix argument as error messages name it.
+/// A matrix argument as error messages name it, printed "K1 is 17x32" (only when a check fails).
 struct NamedShape {
     const char* name;
     Index rows;
@@ -24,29 +24,31 @@ NamedShape named(const char* name, const Matrix& m) {
     return {name, m.rows(), m.cols()};
 }
 
-inline std::string describe(const NamedShape& a) { return concat(a.name, " is ", a.rows, "x", a.cols); }
+inline std::ostream& operator<<(std::ostream& out, const NamedShape& a) {
+    return out << a.name << " is " << a.rows << "x" << a.cols;
+}
 
 /// Throws ShapeError unless a and b have the same number of columns.
 inline void require_same_cols(const char* function, const NamedShape& a, const NamedShape& b) {
-    require<ShapeError>(a.cols == b.cols, function, ": ", describe(a), " but ", describe(b),
+    require<ShapeError>(a.cols == b.cols, function, ": ", a, " but ", b,
                         " (column counts must match)");
 }
 
 /// Throws ShapeError unless a and b have the same number of rows.
 inline void require_same_rows(const char* function, const NamedShape& a, const NamedShape& b) {
-    require<ShapeError>(a.rows == b.rows, function, ": ", describe(a), " but ", describe(b),
+    require<ShapeError>(a.rows == b.rows, function, ": ", a, " but ", b,
                         " (row counts must match)");
 }
 
 /// Throws ShapeError unless a and b have the same shape.
 inline void require_same_shape(const char* function, const NamedShape& a, const NamedShape& b) {
-    require<ShapeError>(a.rows == b.rows && a.cols == b.cols, function, ": ", describe(a), " but ",
-                        describe(b), " (shapes must match)");
+    require<ShapeError>(a.rows == b.rows && a.cols == b.cols, function, ": ", a, " but ",
+                        b, " (shapes must match)");
 }
 
 /// Throws ShapeError unless `m` is exactly rows x cols.
 inline void require_shape(const char* function, const NamedShape& m, Index rows, Index cols) {
-    require<ShapeError>(m.rows == rows && m.cols == cols, function, ": ", describe(m), " but must be ", rows,
+    require<ShapeError>(m.rows == rows && m.cols == cols, function, ": ", m, " but must be ", rows,
                         "x", cols);
 }
 

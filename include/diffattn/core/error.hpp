@@ -5,6 +5,8 @@
 // argument and the shapes: "diff_attention: K1 is 17x32 but Q1 is 9x64".
 #pragma once
 
+#include <cstddef>
+#include <ostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -52,15 +54,25 @@ std::string concat(Parts&&... parts) {
     return out.str();
 }
 
-/// "17x32": the shape of a matrix-like object for error messages.
+/// A matrix shape in an error message, printed "17x32". It holds two numbers, so that passing it
+/// to require() costs nothing: the text is built only when a check fails and a message is needed.
+struct Shape {
+    std::ptrdiff_t rows;
+    std::ptrdiff_t cols;
+};
+inline std::ostream& operator<<(std::ostream& out, const Shape& shape) { return out << shape.rows << "x" << shape.cols; }
+
+/// The shape of a matrix-like object, for error messages.
 template <typename Matrix>
-std::string shape_of(const Matrix& m) {
-    return concat(m.rows(), "x", m.cols());
+Shape shape_of(const Matrix& m) {
+    return {static_cast<std::ptrdiff_t>(m.rows()), static_cast<std::ptrdiff_t>(m.cols())};
 }
 
 }  // namespace detail
 
-/// Throws `ErrorType` with the concatenated message if `condition` is false.
+/// Throws `ErrorType` with the concatenated message if `condition` is false. The parts are formatted
+/// only then: pass numbers, names and Shape values, not strings built in advance, so that a check
+/// that passes allocates nothing (kernels check their arguments on every call, decode steps included).
 template <typename ErrorType = Error, typename... Parts>
 void require(bool condition, Parts&&... message_parts) {
     if (!condition) throw ErrorType(detail::concat(std::forward<Parts>(message_parts)...));

@@ -187,8 +187,8 @@ ResolvedOptions check_attention(const char* function, const char* q_name, const 
                                 const MatrixRef<T>& out, const AttentionOptions& options) {
     require_same_cols(function, named(k_name, k), named(q_name, q));
     require_same_rows(function, named(v_name, v), named(k_name, k));
-    require<ShapeError>(k.rows() >= q.rows(), function, ": ", describe(named(k_name, k)), " but ",
-                        describe(named(q_name, q)), " (need at least as many keys as queries: S >= N)");
+    require<ShapeError>(k.rows() >= q.rows(), function, ": ", named(k_name, k), " but ",
+                        named(q_name, q), " (need at least as many keys as queries: S >= N)");
     require_shape(function, named("out", out), q.rows(), v.cols());
     require_no_alias(function, "out", out, q_name, q);
     require_no_alias(function, "out", out, k_name, k);
@@ -199,7 +199,7 @@ ResolvedOptions check_attention(const char* function, const char* q_name, const 
     if (options.valid_len) {
         resolved.valid_len = *options.valid_len;
         require<OptionError>(resolved.valid_len >= 0 && resolved.valid_len <= k.rows(), function,
-                             ": valid_len is ", resolved.valid_len, " but ", describe(named(k_name, k)),
+                             ": valid_len is ", resolved.valid_len, " but ", named(k_name, k),
                              " (need 0 <= valid_len <= S)");
     }
     if (options.scale) {
@@ -211,7 +211,7 @@ ResolvedOptions check_attention(const char* function, const char* q_name, const 
         require<OptionError>(std::isfinite(scale_in_t) && scale_in_t > 0, function, ": scale ", resolved.scale,
                              " is not a finite value > 0 in ", sizeof(T) == sizeof(float) ? "float" : "double");
     } else {
-        require<ShapeError>(q.cols() > 0 || q.rows() == 0, function, ": ", describe(named(q_name, q)),
+        require<ShapeError>(q.cols() > 0 || q.rows() == 0, function, ": ", named(q_name, q),
                             " (head dim 0 has no default scale 1/sqrt(d))");
         resolved.scale = q.cols() > 0 ? 1.0 / std::sqrt(static_cast<double>(q.cols())) : 1.0;
     }
