@@ -1,9 +1,14 @@
-// Shared by every *_nomalloc test: detects Eigen heap allocations in every build type.
+// Shared by every *_nomalloc test: detects heap allocations in every build type.
 //
 // With EIGEN_RUNTIME_NO_MALLOC, Eigen reports a forbidden heap allocation through eigen_assert,
 // which NDEBUG (Release, the preset CI uses) turns into nothing. This header routes eigen_assert
 // to a counter instead, so a forbidden allocation is a counted test failure in Release and Debug
 // alike. Include it before anything that includes Eigen.
+//
+// It also replaces the global operator new, to count what Eigen's flag cannot see: std::string,
+// std::vector and stream buffers (an error message formatted by a check that then passes, say).
+// Replacement functions must be defined once per program, so include this header in one TU only;
+// each *_nomalloc test is an executable of its own TU (tests/CMakeLists.txt).
 #pragma once
 
 #if defined(EIGEN_CORE_H) || defined(EIGEN_CORE_MODULE_H)
@@ -14,6 +19,8 @@
 #endif
 
 #include <atomic>
+#include <cstdlib>
+#include <new>
 
 namespace diffattn_nomalloc {
 inline std::atomic<int> failures{0};               // eigen_assert failures seen (any thread)
@@ -21,7 +28,22 @@ inline std::atomic<const char*> first_failure{""};  // the first failed conditio
 inline void record(const char* condition) {
     if (failures++ == 0) first_failure = condition;
 }
+inline std::atomic<bool> counting_new{false};  // inside without_malloc: operator new counts as a failure
 }  // namespace diffattn_nomalloc
+
+// The global operator new, counted while without_malloc runs (the array, nothrow and sized-delete
+// forms forward to these in libstdc++; the aligned forms are left alone: the library's own aligned
+// storage goes through Eigen, which the flag above watches).
+void* operator new(std::size_t size) {
+    if (diffattn_nomalloc::counting_new.load(std::memory_order_relaxed)) diffattn_nomalloc::record("operator new");
+    if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+    throw std::bad_alloc();
+}
+void* operator new[](std::size_t size) { return ::operator new(size); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 #define eigen_assert(x)                                      \
     do {                                                     \
@@ -32,13 +54,15 @@ inline void record(const char* condition) {
 
 namespace diffattn_nomalloc {
 
-/// Runs `f` with Eigen's heap allocations forbidden; returns how many forbidden allocations
-/// (and other eigen_assert failures) it triggered.
+/// Runs `f` with Eigen's heap allocations forbidden and operator new counted; returns how many
+/// allocations (and other eigen_assert failures) it triggered.
 template <typename F>
 int without_malloc(F&& f) {
     const int before = failures.load();
     Eigen::internal::set_is_malloc_allowed(false);
+    counting_new = true;
     f();
+    counting_new = false;
     Eigen::internal::set_is_malloc_allowed(true);
     return failures.load() - before;
 }

@@ -13,6 +13,9 @@
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
 
+#include <string>
+#include <vector>
+
 using namespace diffattn;
 using namespace diffattn::test;
 
@@ -24,6 +27,17 @@ TEST_CASE("no-malloc guard: a forbidden allocation is detected", "[kernels][noma
         m.setZero();
     });
     CHECK(failures > 0);
+}
+
+TEST_CASE("no-malloc guard: an allocation outside Eigen (std::string, std::vector) is detected", "[kernels][nomalloc]") {
+    std::size_t sizes = 0;
+    const int failures = without_malloc([&] {
+        const std::string text(100, 'x');  // past the small-string buffer
+        const std::vector<int> numbers(10);
+        sizes = text.size() + numbers.size();
+    });
+    CHECK(sizes == 110);
+    CHECK(failures >= 2);
 }
 
 TEMPLATE_TEST_CASE("kernels allocate nothing with a reserved workspace and history", "[kernels][nomalloc]", float,
