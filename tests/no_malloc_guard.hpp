@@ -33,7 +33,13 @@ inline std::atomic<bool> counting_new{false};  // inside without_malloc: operato
 
 // The global operator new, counted while without_malloc runs (the array, nothrow and sized-delete
 // forms forward to these in libstdc++; the aligned forms are left alone: the library's own aligned
-// storage goes through Eigen, which the flag above watches).
+// storage goes through Eigen, which the flag above watches). g++ 12 inlines these deletes into
+// std::vector's destructor and then sees free() of memory from operator new: that is this pair's
+// own contract (new is malloc here), so its -Wmismatched-new-delete is silenced for them.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 void* operator new(std::size_t size) {
     if (diffattn_nomalloc::counting_new.load(std::memory_order_relaxed)) diffattn_nomalloc::record("operator new");
     if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
@@ -44,6 +50,9 @@ void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 #define eigen_assert(x)                                      \
     do {                                                     \
