@@ -6,6 +6,11 @@
 #include "diffattn/core/workspace.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/kernels/reference.hpp"
+#include "dint_task_ledger.hpp"
+
+#include <optional>
+#include <random>
+#include <vector>
 
 using namespace diffattn;
 using namespace diffattn::test;
@@ -305,12 +310,89 @@ TEST_CASE("order_key_runs hands out a group's key runs heaviest first", "[kernel
     CHECK(std::vector<Index>(order.begin(), order.begin() + 4) == std::vector<Index>{0, 3, 1, 2});
 }
 
+TEST_CASE("plan_integral_runs cuts a group's integral only where the later maps cannot fill the other threads",
+          "[kernels][dint_attention]") {
+    const auto plan = [](const auto& mask, Index seq_len_q, int threads) {
+        DintPipeline<float> pipeline;
+        pipeline.reserve(seq_len_q, 8, threads);
+        detail::plan_integral_runs(mask, seq_len_q, threads, pipeline);
+        return std::vector<Index>(pipeline.run_count.begin(), pipeline.run_count.begin() + query_group_count(seq_len_q));
+    };
+    // By hand, in units W of a full key tile (128 keys) times a group (256 rows): causal group g sees
+    // 2g full tiles and two diagonal tiles worth 0.875 W and 0.375 W (order_key_runs' test counts
+    // them), so 2g + 1.25 W, and its two maps twice that.
+    static_assert(kGroupRows == 256 && kKeyTile == 128 && kKeySegmentsPerThread == 2, "the hand count assumes these");
+    // 4 groups on 2 threads: the last (7.25 W, 8 tiles) has no later maps beside it: 4 runs. Group 2
+    // (5.25 W) runs beside group 3's maps (14.5 W), group 1 beside 25 W: whole.
+    CHECK(plan(CausalMask{0, 1024}, 1024, 2) == std::vector<Index>{1, 1, 1, 4});
+    // On 4 threads the 3 others would need 3 x 5.25 = 15.75 W > 14.5 W beside group 2: cut, into as
+    // many runs as its 6 tiles allow; group 1 needs 3 x 3.25 = 9.75 W <= 25 W: whole.
+    CHECK(plan(CausalMask{0, 1024}, 1024, 4) == std::vector<Index>{1, 1, 6, 8});
+    // One thread: nothing to fill, nothing cut.
+    CHECK(plan(CausalMask{0, 1024}, 1024, 1) == std::vector<Index>{1, 1, 1, 1});
+    // A last group of 5 rows (5 x 1029 keys of work) leaves group 3 (237,568 = 7.25 W) alone: both cut.
+    CHECK(plan(CausalMask{0, 1029}, 1029, 2) == std::vector<Index>{1, 1, 1, 4, 4});
+    // No mask: 3 equal groups of 6 tiles; only the last lacks later maps.
+    CHECK(plan(NoMask{768}, 768, 2) == std::vector<Index>{1, 1, 4});
+    // No key at all: no runs.
+    CHECK(plan(NoMask{0}, 600, 2) == std::vector<Index>{0, 0, 0});
+}
+
+TEST_CASE("DintTaskQueue hands out every task once, each only once its inputs are ready, and never stalls",
+          "[kernels][dint_attention]") {
+    // Several threads are played by one: up to max_in_flight tasks are "running" at once, and the
+    // test randomly either takes a ready task (try_next) or finishes a running one. Whenever nothing
+    // runs, a task must be ready until all are handed out (the queue's no-deadlock argument).
+    DIFFATTN_TEST_RNG(rng);
+    const auto drive = [&](const auto& mask, Index seq_len_q, int threads, std::size_t max_in_flight) {
+        INFO("seq_len_q " << seq_len_q << ", threads " << threads << ", in flight " << max_in_flight);
+        DintPipeline<float> pipeline;
+        pipeline.reserve(seq_len_q, 8, threads);
+        detail::plan_integral_runs(mask, seq_len_q, threads, pipeline);
+        DintTaskLedger ledger(seq_len_q, pipeline.run_count);
+        detail::DintTaskQueue<float> queue(pipeline, seq_len_q);
+        std::vector<detail::DintTask> running;
+        std::bernoulli_distribution take_one(0.6);
+        for (;;) {
+            if (running.empty() || (running.size() < max_in_flight && take_one(rng))) {
+                if (const std::optional<detail::DintTask> task = queue.try_next()) {
+                    CHECK(ledger.check_handed_out(*task).empty());
+                    running.push_back(*task);
+                    continue;
+                }
+                if (running.empty()) {
+                    REQUIRE(queue.exhausted());  // else: nothing ready, nothing running, tasks left: a stall
+                    break;
+                }
+            }
+            const auto i = std::uniform_int_distribution<std::size_t>(0, running.size() - 1)(rng);
+            ledger.finish(running[i]);
+            queue.finish(running[i]);
+            running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+        CHECK(ledger.all_handed_out());
+        CHECK(ledger.all_finished());
+        CHECK_FALSE(queue.next().has_value());  // returns at once when none is left
+    };
+    const Index n = 6 * kGroupRows + kQueryTile + 5;  // 7 groups: every map slot and run slot reused
+    for (std::size_t in_flight : {1, 2, 3, 5}) {
+        for (int threads : {2, 3}) {
+            for (int repeat = 0; repeat < 4; ++repeat) {
+                drive(CausalMask{0, n}, n, threads, in_flight);
+                drive(CausalMask{300, n + 300}, n, threads, in_flight);  // a KV cache of 300 keys
+                drive(NoMask{n}, n, threads, in_flight);
+                drive(NoMask{0}, n, threads, in_flight);  // no runs at all
+            }
+        }
+    }
+}
+
 TEMPLATE_TEST_CASE("dint_attention causal_softmax through its multi-thread pipeline: SPEC 7, and the same bits on every run",
                    "[kernels][dint_attention][threads]", float, double) {
-    // With T > 1 threads the causal_softmax integral runs query groups through a three-phase
-    // pipeline (maps, integral runs, rows), whose buffers rotate by group: 4 groups and a partial
-    // fifth cycle through all of them. The key runs go to whichever thread is free, so the bits must
-    // not depend on which thread ran which run: repeated calls must agree exactly.
+    // With T > 1 threads the causal_softmax integral runs query groups as tasks (maps, integral
+    // runs, rows) handed out as their inputs are ready, whose buffers rotate by group: 4 groups and a
+    // partial fifth cycle through all of them. The tasks go to whichever thread is free, so the bits
+    // must not depend on which thread ran which: repeated calls must agree exactly.
     using T = TestType;
     DIFFATTN_TEST_RNG(rng);
     const Index seq_len_q = 4 * kGroupRows + kQueryTile + 5;

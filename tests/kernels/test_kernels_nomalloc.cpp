@@ -87,6 +87,32 @@ TEMPLATE_TEST_CASE("kernels allocate nothing with a reserved workspace and histo
     CHECK(history_mean.rows == n);
 }
 
+TEMPLATE_TEST_CASE("DINT causal_softmax on 2 threads (its task queue) allocates nothing with a reserved workspace",
+                   "[kernels][nomalloc][threads]", float, double) {
+    // Several query groups, so the queue reuses its map and run slots; without OpenMP the call runs
+    // on one thread and this checks that path again.
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    const Index n = 5 * kGroupRows + 17, d = 16, dv = 32;
+    const RowMatrix<T> q1 = random_matrix<T>(rng, n, d), q2 = random_matrix<T>(rng, n, d);
+    const RowMatrix<T> k1 = random_matrix<T>(rng, n, d), k2 = random_matrix<T>(rng, n, d);
+    const RowMatrix<T> v = random_matrix<T>(rng, n, dv);
+    AttentionOptions options;
+    options.threads = 2;
+    AttentionWorkspace<T> workspace;
+    workspace.reserve(n, n, d, dv, options.threads);
+    RowMatrix<T> out(n, dv);
+    diffattn::dint_attention(q1, k1, q2, k2, v, T(0.6), DintIntegral::causal_softmax, out, options, nullptr,
+                             &workspace);  // starts the thread team outside the check
+    const int failures = without_malloc([&] {
+        diffattn::dint_attention(q1, k1, q2, k2, v, T(0.6), DintIntegral::causal_softmax, out, options, nullptr,
+                                 &workspace);
+    });
+    INFO("first failure: " << diffattn_nomalloc::first_failure);
+    CHECK(failures == 0);
+    CHECK(out.allFinite());
+}
+
 TEMPLATE_TEST_CASE("DINT decoding with a KV cache allocates nothing once the history is reserved",
                    "[kernels][nomalloc]", float, double) {
     using T = TestType;

@@ -23,9 +23,10 @@ inline constexpr Index kKeyTile = 128;
 /// The group's accumulators [kGroupRows x value_dim] (256 KB at value width 256) stay in L2.
 inline constexpr Index kGroupBlocks = 4;
 inline constexpr Index kGroupRows = kGroupBlocks * kQueryTile;
-/// DINT causal_softmax on T > 1 threads splits the key tiles of each query group into up to
-/// kKeySegmentsPerThread * T runs, handed out one at a time: more runs than threads keep both
-/// cores busy when one is slowed, at the cost of one more online-softmax state to merge per run.
+/// DINT causal_softmax on T > 1 threads splits the key tiles of a query group that needs it
+/// (plan_integral_runs) into up to kKeySegmentsPerThread * T runs, handed out one at a time: more
+/// runs than threads keep both cores busy when one is slowed, at the cost of one more
+/// online-softmax state to merge per run.
 inline constexpr Index kKeySegmentsPerThread = 2;
 
 /// Number of query blocks of kQueryTile rows covering `seq_len_q` rows.
@@ -82,28 +83,40 @@ void grow_to(Vector<Scalar>& v, Index size) {
 }
 
 /// DINT causal_softmax on several threads (dint_softmax_integral): the states its pipeline of query
-/// groups keeps alive. Group g's two maps are filled in one phase, its integral map (as runs of key
-/// tiles) in the next, and its rows written in the one after, so maps live for three phases and runs
-/// for two. O(kGroupRows * value_dim * (6 + 2 * kKeySegmentsPerThread * threads)).
+/// groups keeps alive, and the plan and progress of its tasks. Group g's two maps live in map slot
+/// g % kDintMapSlots until its rows are written, and its integral map's runs in run slot g % 2; the
+/// task queue (DintTaskQueue) hands out a task only once the slot it fills is free.
+/// O(kGroupRows * value_dim * (2 * kDintMapSlots + 2 * kKeySegmentsPerThread * threads)
+///   + query groups * kKeySegmentsPerThread * threads).
+inline constexpr std::size_t kDintMapSlots = 3;
 template <typename T>
 struct DintPipeline {
-    std::array<std::array<OnlineSoftmaxState<T>, 2>, 3> maps;        ///< [group % 3][map 1, map 2]
-    std::array<std::vector<OnlineSoftmaxState<T>>, 2> segments;      ///< [group % 2][segment] integral map parts
-    std::array<std::vector<Index>, 2> segment_end;                   ///< [group % 2][segment] end key of each
-    std::array<Index, 2> segment_count{};                            ///< [group % 2] segments in use
-    std::vector<Index> run_order;                                    ///< segments of the group being integrated, heaviest first
+    std::array<std::array<OnlineSoftmaxState<T>, 2>, kDintMapSlots> maps;  ///< [group % slots][map 1, map 2]
+    std::array<std::vector<OnlineSoftmaxState<T>>, 2> runs;          ///< [group % 2][run] integral map parts
+    std::vector<std::vector<Index>> run_end;                         ///< [group][run] end key of each run
+    std::vector<std::vector<Index>> run_order;                       ///< [group][i] runs, heaviest first
+    std::vector<Index> run_count;                                    ///< [group] runs of its key tiles
+    std::vector<Index> maps_done, runs_done, rows_done;              ///< [group] maps (bits), runs, rows blocks finished
 
-    void reserve(Index value_dim, int threads) {
-        const auto max_segments = static_cast<std::size_t>(kKeySegmentsPerThread * threads);
+    void reserve(Index seq_len_q, Index value_dim, int threads) {
+        const auto max_runs = static_cast<std::size_t>(kKeySegmentsPerThread * threads);
+        const auto groups = static_cast<std::size_t>(query_group_count(seq_len_q));
         for (auto& group : maps) {
             for (auto& map : group) map.reserve(kGroupRows, value_dim);
         }
-        for (std::size_t i = 0; i < 2; ++i) {
-            if (segments[i].size() < max_segments) segments[i].resize(max_segments);
-            for (auto& state : segments[i]) state.reserve(kGroupRows, value_dim);
-            if (segment_end[i].size() < max_segments) segment_end[i].resize(max_segments);
+        for (auto& slot : runs) {
+            if (slot.size() < max_runs) slot.resize(max_runs);
+            for (auto& state : slot) state.reserve(kGroupRows, value_dim);
         }
-        if (run_order.size() < max_segments) run_order.resize(max_segments);
+        for (auto* plan : {&run_end, &run_order}) {
+            if (plan->size() < groups) plan->resize(groups);
+            for (auto& group : *plan) {
+                if (group.size() < max_runs) group.resize(max_runs);
+            }
+        }
+        for (auto* counts : {&run_count, &maps_done, &runs_done, &rows_done}) {
+            if (counts->size() < groups) counts->resize(groups);
+        }
     }
 };
 
@@ -129,7 +142,7 @@ public:
         grow_to(running_row_sum_, value_dim);
         grow_to(running_row_error_, value_dim);
         grow_to(column_sum_, seq_len_kv);
-        if (t > 1) dint_pipeline_.reserve(value_dim, t);
+        if (t > 1) dint_pipeline_.reserve(seq_len_q, value_dim, t);
     }
 
     /// Block scratch of thread `thread` (0 for a single-threaded call).

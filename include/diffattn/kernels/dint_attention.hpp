@@ -14,6 +14,10 @@
 
 #include "diffattn/kernels/diff_attention.hpp"
 
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+
 namespace diffattn {
 namespace detail {
 
@@ -303,22 +307,178 @@ void dint_mean_integral(const DotProductLogits<T>& logits1, const DotProductLogi
     if (causal && history != nullptr) history->o1_row_sum = running.template cast<T>();
 }
 
+/// Cuts the integral map of each query group of `seq_len_q` rows into runs of key tiles for
+/// `threads` threads (split_key_tiles, handed out by order_key_runs) and writes them to `pipeline`.
+/// A run costs a state to reset and merge: on one thread, 4 runs per group instead of 1 made a call
+/// 3-4% slower at N 1024-2048. So a group is cut (into kKeySegmentsPerThread * threads runs) only
+/// where its integral would hold up the other threads: where the maps of the later groups, which
+/// need nothing from it and so can run beside it, are less work than the other threads could do
+/// while one thread runs it whole (work as key_range_work counts it). The last group is always cut.
+/// Depends only on the mask, seq_len_q and threads, so the results stay the same on every run.
+template <typename T, typename Mask>
+void plan_integral_runs(const Mask& mask, Index seq_len_q, int threads, DintPipeline<T>& pipeline) {
+    const Index max_runs = kKeySegmentsPerThread * threads;
+    Index later_map_work = 0;  // both maps of every group after g
+    for (Index g = query_group_count(seq_len_q) - 1; g >= 0; --g) {
+        const auto i = static_cast<std::size_t>(g);
+        const Index q_begin = g * kGroupRows, q_rows = std::min(kGroupRows, seq_len_q - q_begin);
+        const Index work = key_range_work(mask, q_begin, q_rows, 0, block_visit_end(mask, q_begin, q_begin + q_rows));
+        const Index runs = later_map_work < (threads - 1) * work ? max_runs : 1;
+        later_map_work += 2 * work;
+        pipeline.run_count[i] = split_key_tiles(mask, q_begin, q_rows, runs, pipeline.run_end[i]);
+        order_key_runs(mask, q_begin, q_rows, pipeline.run_count[i], pipeline.run_end[i], pipeline.run_order[i]);
+    }
+}
+
+/// A task of dint_softmax_integral's pipeline on several threads.
+struct DintTask {
+    enum class Kind { map, run, rows };
+    Kind kind;
+    Index group;
+    Index index;  ///< map: 0 (map 1) or 1 (map 2); run: position in the group's run_order; rows: block of the group
+};
+
+/// Hands out the tasks of dint_softmax_integral's pipeline as their inputs become ready, to
+/// whichever thread asks, with no barrier between groups: a thread that finishes early takes the
+/// next group's map instead of waiting for the other thread's last run. A task is ready when
+///   - map m of group g:  the rows of group g - kDintMapSlots are written (its map slot is free);
+///   - run of group g:    map 1 of g is done, every run of g - 1 is done (the column sums take the
+///                        rows in order) and the rows of g - 2 are written (its run slot is free);
+///   - rows block of g:   both maps and every run of g are done.
+/// Each kind goes out in group order. A ready run goes first (the runs are the chain every later
+/// group waits on), then rows (they free slots), then maps. Every dependency is on a task handed
+/// out earlier, so until all are handed out some task is ready or running: the queue cannot
+/// deadlock, and one thread alone runs every task. Which thread runs a task never changes what it
+/// computes, so the result does not depend on the order.
+template <typename T>
+class DintTaskQueue {
+public:
+    /// The tasks of `seq_len_q` query rows, with the runs that plan_integral_runs put in `pipeline`.
+    DintTaskQueue(DintPipeline<T>& pipeline, Index seq_len_q)
+        : pipeline_(pipeline), groups_(query_group_count(seq_len_q)), seq_len_q_(seq_len_q) {
+        for (Index g = 0; g < groups_; ++g) {
+            const auto i = static_cast<std::size_t>(g);
+            pipeline.maps_done[i] = pipeline.runs_done[i] = pipeline.rows_done[i] = 0;
+        }
+        skip_groups_without_runs();
+    }
+
+    /// The next ready task, waiting while none is; nullopt once every task is handed out or one failed.
+    std::optional<DintTask> next() {
+        std::unique_lock<std::mutex> lock(mutex_);
+        for (;;) {
+            if (failed_ || all_handed_out()) return {};
+            if (const std::optional<DintTask> task = take_ready()) return task;
+            ready_.wait(lock);
+        }
+    }
+
+    /// A ready task if there is one now, without waiting (nullopt: none is ready, or none is left).
+    std::optional<DintTask> try_next() {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        if (failed_) return {};
+        return take_ready();
+    }
+
+    /// Whether every task has been handed out.
+    bool exhausted() {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        return all_handed_out();
+    }
+
+    /// Records that `task` is done and wakes the threads waiting for a ready task.
+    void finish(const DintTask& task) {
+        {
+            const std::lock_guard<std::mutex> lock(mutex_);
+            const auto g = static_cast<std::size_t>(task.group);
+            switch (task.kind) {
+                case DintTask::Kind::map: pipeline_.maps_done[g] |= Index(1) << task.index; break;
+                case DintTask::Kind::run: ++pipeline_.runs_done[g]; break;
+                case DintTask::Kind::rows: ++pipeline_.rows_done[g]; break;
+            }
+        }
+        ready_.notify_all();
+    }
+
+    /// A task threw: hand out no more, and wake the waiting threads so they return.
+    void abandon() {
+        {
+            const std::lock_guard<std::mutex> lock(mutex_);
+            failed_ = true;
+        }
+        ready_.notify_all();
+    }
+
+private:
+    static constexpr Index kMap1 = 1, kBothMaps = 3;  // maps_done bits: map 1, map 2
+
+    bool all_handed_out() const { return map_group_ == groups_ && run_group_ == groups_ && rows_group_ == groups_; }
+
+    Index count(const std::vector<Index>& counts, Index group) const { return counts[static_cast<std::size_t>(group)]; }
+    Index blocks(Index group) const { return query_block_count(std::min(kGroupRows, seq_len_q_ - group * kGroupRows)); }
+    bool rows_written(Index group) const { return group < 0 || count(pipeline_.rows_done, group) == blocks(group); }
+    bool runs_finished(Index group) const {
+        return group < 0 || count(pipeline_.runs_done, group) == count(pipeline_.run_count, group);
+    }
+
+    /// A group whose mask shows it no key has no runs: nothing to hand out, and nothing to wait for.
+    void skip_groups_without_runs() {
+        while (run_group_ < groups_ && count(pipeline_.run_count, run_group_) == 0) ++run_group_;
+    }
+
+    /// Takes the first ready task by the order above and advances its kind's cursor; caller holds the lock.
+    std::optional<DintTask> take_ready() {
+        const auto take = [](DintTask::Kind kind, Index& group, Index& index, Index tasks) {
+            const DintTask task{kind, group, index};
+            if (++index == tasks) {
+                ++group;
+                index = 0;
+            }
+            return task;
+        };
+        if (run_group_ < groups_ && (count(pipeline_.maps_done, run_group_) & kMap1) != 0 &&
+            runs_finished(run_group_ - 1) && rows_written(run_group_ - 2)) {
+            const DintTask task = take(DintTask::Kind::run, run_group_, run_, count(pipeline_.run_count, run_group_));
+            skip_groups_without_runs();
+            return task;
+        }
+        if (rows_group_ < groups_ && count(pipeline_.maps_done, rows_group_) == kBothMaps &&
+            runs_finished(rows_group_)) {
+            return take(DintTask::Kind::rows, rows_group_, rows_block_, blocks(rows_group_));
+        }
+        if (map_group_ < groups_ && rows_written(map_group_ - static_cast<Index>(kDintMapSlots))) {
+            return take(DintTask::Kind::map, map_group_, map_, 2);
+        }
+        return {};
+    }
+
+    DintPipeline<T>& pipeline_;
+    Index groups_, seq_len_q_;
+    Index map_group_ = 0, map_ = 0;         // the next map to hand out
+    Index run_group_ = 0, run_ = 0;         // the next run (position in run_order)
+    Index rows_group_ = 0, rows_block_ = 0; // the next rows block
+    bool failed_ = false;
+    std::mutex mutex_;
+    std::condition_variable ready_;
+};
+
 /// The causal_softmax integral (dint-transformer-v2 eq. 5-6): after the DIFF maps of a query group,
 /// one more pass of the tiled core over logits G = running column mean of A1 (IntegralLogits),
 /// on groups of up to kGroupBlocks whole blocks too (IntegralLogits says why that keeps the row
 /// order the column sums need). The running column sums make each group's integral map depend on
 /// every earlier group's, so with one thread the groups simply run in order. With T > 1 threads
-/// the groups go through a pipeline of phases, each one parallel loop over these tasks:
-///   - map 1 and map 2 of group p (two tasks);
-///   - the integral map of group p - 1, its key tiles cut into up to kKeySegmentsPerThread * T runs
-///     of about equal work (split_key_tiles), handed out heaviest first (order_key_runs), each
-///     into its own online-softmax state. A key tile's
-///     column sums are touched by one run, and all runs of a group end with their phase, before the
-///     next group's start, so each column still takes its rows in order;
-///   - the rows of group p - 2, one task per block: O1 - lambda O2 plus lambda times the merged runs
-///     (add_merged_row). These small tasks fill in while the longest task of the phase finishes.
-/// No work is repeated. The split only changes the order of the integral map's softmax sums, so
-/// results agree with one thread within SPEC 7, and are the same on every run with the same T.
+/// each group becomes tasks that DintTaskQueue hands out as their inputs become ready:
+///   - map 1 and map 2 of the group (two tasks);
+///   - its integral map, as one run of all its key tiles, or, where plan_integral_runs cuts it, as
+///     up to kKeySegmentsPerThread * T runs of about equal work (split_key_tiles), heaviest first
+///     (order_key_runs), each into its own online-softmax state. A key tile's column sums are
+///     touched by one run of a group, and a group's runs start only when every run of the group
+///     before has ended, so each column still takes its rows in order;
+///   - its rows, one task per block: O1 - lambda O2 plus lambda times the merged runs (add_merged_row).
+/// The maps of later groups need nothing but a free slot, so they run beside a group's integral
+/// and fill in while the runs of one group wait for the last run of the group before. No work is
+/// repeated. The runs only change the order of the integral map's softmax sums, so results agree
+/// with one thread within SPEC 7, and are the same on every run with the same T.
 template <typename T, typename Mask>
 void dint_softmax_integral(const DotProductLogits<T>& logits1, const DotProductLogits<T>& logits2, const Mask& mask,
                            const ConstMatrixRef<T>& v, T lambda, const ResolvedOptions& resolved, Index seq_len_q,
@@ -348,47 +508,46 @@ void dint_softmax_integral(const DotProductLogits<T>& logits1, const DotProductL
     }
 
     DintPipeline<T>& pipeline = ws.dint_pipeline();
-    const Index max_segments = kKeySegmentsPerThread * resolved.threads;
-    const Index groups = query_group_count(seq_len_q);
     const auto group_rows = [&](Index g) { return std::min(kGroupRows, seq_len_q - g * kGroupRows); };
-    for (Index phase = 0; phase < groups + 2; ++phase) {
-        const Index mapped = phase, integrated = phase - 1, written = phase - 2;  // groups, if in [0, groups)
-        const Index map_tasks = mapped < groups ? 2 : 0;
-        Index segments = 0;
-        if (integrated >= 0 && integrated < groups) {
-            std::vector<Index>& segment_end = pipeline.segment_end[static_cast<std::size_t>(integrated % 2)];
-            segments = split_key_tiles(mask, integrated * kGroupRows, group_rows(integrated), max_segments, segment_end);
-            pipeline.segment_count[static_cast<std::size_t>(integrated % 2)] = segments;
-            order_key_runs(mask, integrated * kGroupRows, group_rows(integrated), segments, segment_end,
-                           pipeline.run_order);
-        }
-        const Index write_tasks = written >= 0 ? query_block_count(group_rows(written)) : 0;
-        parallel_for(map_tasks + segments + write_tasks, resolved.threads, Schedule::equal_tasks,
-                     [&](Index task, int thread) {
-            if (task < map_tasks) {  // map 1 or 2 of group `mapped`
-                const Index q_begin = mapped * kGroupRows;
-                auto& maps = pipeline.maps[static_cast<std::size_t>(mapped % 3)];
-                attend_block(task == 0 ? logits1 : logits2, mask, q_begin, group_rows(mapped), v, ws.block(thread),
-                             maps[static_cast<std::size_t>(task)]);
-            } else if ((task -= map_tasks) < segments) {  // a run of group `integrated`'s key tiles
-                const auto i = static_cast<std::size_t>(integrated % 2);
-                const auto run = static_cast<std::size_t>(pipeline.run_order[static_cast<std::size_t>(task)]);
-                const KeyRange keys{run == 0 ? 0 : pipeline.segment_end[i][run - 1], pipeline.segment_end[i][run]};
-                integral_map(integrated * kGroupRows, group_rows(integrated),
-                             pipeline.maps[static_cast<std::size_t>(integrated % 3)][0], keys, ws.block(thread),
-                             pipeline.segments[i][run]);
-            } else {  // a block of rows of group `written`
-                const auto& maps = pipeline.maps[static_cast<std::size_t>(written % 3)];
-                const auto i = static_cast<std::size_t>(written % 2);
-                const Index q_begin = written * kGroupRows, first = (task - segments) * kQueryTile;
-                const Index last = std::min(first + kQueryTile, group_rows(written));
+    plan_integral_runs(mask, seq_len_q, resolved.threads, pipeline);
+    const auto run_task = [&](const DintTask& task, BlockScratch<T>& scratch) {
+        const auto g = static_cast<std::size_t>(task.group);
+        const Index q_begin = task.group * kGroupRows, q_rows = group_rows(task.group);
+        auto& maps = pipeline.maps[g % kDintMapSlots];
+        auto& runs = pipeline.runs[g % 2];
+        switch (task.kind) {
+            case DintTask::Kind::map:
+                attend_block(task.index == 0 ? logits1 : logits2, mask, q_begin, q_rows, v, scratch,
+                             maps[static_cast<std::size_t>(task.index)]);
+                return;
+            case DintTask::Kind::run: {
+                const auto run = static_cast<std::size_t>(pipeline.run_order[g][static_cast<std::size_t>(task.index)]);
+                const KeyRange keys{run == 0 ? 0 : pipeline.run_end[g][run - 1], pipeline.run_end[g][run]};
+                integral_map(q_begin, q_rows, maps[0], keys, scratch, runs[run]);
+                return;
+            }
+            case DintTask::Kind::rows: {
+                const Index first = task.index * kQueryTile, last = std::min(first + kQueryTile, q_rows);
                 write_differential_rows(maps[0], maps[1], lambda, q_begin, first, last, out);
                 for (Index r = first; r < last; ++r) {
-                    add_merged_row(pipeline.segments[i].data(), pipeline.segment_count[i], r, lambda, out.row(q_begin + r));
+                    add_merged_row(runs.data(), pipeline.run_count[g], r, lambda, out.row(q_begin + r));
                 }
+                return;
             }
-        });
-    }
+        }
+    };
+    DintTaskQueue<T> queue(pipeline, seq_len_q);
+    parallel_for(resolved.threads, resolved.threads, Schedule::equal_tasks, [&](Index, int thread) {
+        while (const std::optional<DintTask> task = queue.next()) {
+            try {
+                run_task(*task, ws.block(thread));
+            } catch (...) {
+                queue.abandon();
+                throw;
+            }
+            queue.finish(*task);
+        }
+    });
 }
 
 template <typename T>
