@@ -346,10 +346,11 @@ struct DintTask {
 ///                        rows in order) and the rows of g - 2 are written (its run slot is free);
 ///   - rows block of g:   both maps and every run of g are done.
 /// Each kind goes out in group order. A ready run goes first (the runs are the chain every later
-/// group waits on), then rows (they free slots), then maps. Every dependency is on a task handed
-/// out earlier, so until all are handed out some task is ready or running: the queue cannot
-/// deadlock, and one thread alone runs every task. Which thread runs a task never changes what it
-/// computes, so the result does not depend on the order.
+/// group waits on), then rows (they free slots), then maps. Each task waits only on earlier groups
+/// or on tasks of its own group that go out before it (map 1 before the runs, both maps and the
+/// runs before the rows), so while tasks are left and none is running, one is ready: the queue
+/// cannot stall, and one thread alone runs every task (tests/kernels: the queue test). Which
+/// thread runs a task never changes what it computes, so the result does not depend on the order.
 template <typename T>
 class DintTaskQueue {
 public:
