@@ -24,14 +24,21 @@
 
 namespace diffattn_nomalloc {
 inline std::atomic<int> failures{0};               // eigen_assert failures seen (any thread)
-inline std::atomic<const char*> first_failure{""};  // the first failed condition, for messages
+inline std::atomic<const char*> first_failure{nullptr};  // the first failed condition in without_malloc
+/// The first failed condition since without_malloc began, for test messages.
+inline const char* first_failure_text() {
+    const char* condition = first_failure.load();
+    return condition != nullptr ? condition : "none";
+}
 inline void record(const char* condition) {
-    if (failures++ == 0) first_failure = condition;
+    ++failures;
+    const char* none = nullptr;
+    first_failure.compare_exchange_strong(none, condition);  // keeps the first since without_malloc began
 }
 inline std::atomic<bool> counting_new{false};  // inside without_malloc: operator new counts as a failure
 }  // namespace diffattn_nomalloc
 
-// The global operator new, counted while without_malloc runs (the array, nothrow and sized-delete
+// The global operator new, counted while without_malloc runs (the array and sized-delete
 // forms forward to these in libstdc++; the aligned forms are left alone: the library's own aligned
 // storage goes through Eigen, which the flag above watches). g++ 12 inlines these deletes into
 // std::vector's destructor and then sees free() of memory from operator new: that is this pair's
@@ -46,6 +53,18 @@ void* operator new(std::size_t size) {
     throw std::bad_alloc();
 }
 void* operator new[](std::size_t size) { return ::operator new(size); }
+// The nothrow forms too: a sanitizer runtime replaces them itself, and its memory must not reach
+// the free() below (AddressSanitizer: alloc-dealloc-mismatch).
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
+    try {
+        return ::operator new(size);
+    } catch (...) {
+        return nullptr;
+    }
+}
+void* operator new[](std::size_t size, const std::nothrow_t&) noexcept { return ::operator new(size, std::nothrow); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
@@ -68,6 +87,7 @@ namespace diffattn_nomalloc {
 template <typename F>
 int without_malloc(F&& f) {
     const int before = failures.load();
+    first_failure = nullptr;
     Eigen::internal::set_is_malloc_allowed(false);
     counting_new = true;
     f();

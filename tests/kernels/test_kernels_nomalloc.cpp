@@ -21,6 +21,18 @@ using namespace diffattn::test;
 
 using diffattn_nomalloc::without_malloc;
 
+namespace {
+
+/// The first kernel call of a process starts the OpenMP runtime, and libomp (the clang builds)
+/// allocates once then, through operator new: not the kernels' doing, so it happens before the checks.
+void start_openmp_runtime() {
+    const RowMatrix<float> x = RowMatrix<float>::Ones(2, 2);
+    RowMatrix<float> out(2, 2);
+    diffattn::softmax_attention(x, x, x, out);
+}
+
+}  // namespace
+
 TEST_CASE("no-malloc guard: a forbidden allocation is detected", "[kernels][nomalloc]") {
     const int failures = without_malloc([] {
         RowMatrix<float> m(7, 9);  // allocates
@@ -64,6 +76,7 @@ TEMPLATE_TEST_CASE("kernels allocate nothing with a reserved workspace and histo
     history_softmax.a1_column_sum = Vector<T>::Zero(s);
     history_mean.o1_row_sum = Vector<T>::Zero(dv);
 
+    start_openmp_runtime();
     const int failures = without_malloc([&] {
         diffattn::softmax_attention(q1, k1, v, out_softmax, causal, &workspace);
         diffattn::softmax_attention(q1, k1, v, out_softmax_padded, padded, &workspace);
@@ -75,7 +88,7 @@ TEMPLATE_TEST_CASE("kernels allocate nothing with a reserved workspace and histo
         diffattn::dint_attention(q1, k1, q2, k2, v, lambda, DintIntegral::global_mean, out_global, none, nullptr,
                                  &workspace);
     });
-    INFO("first failed eigen_assert: " << diffattn_nomalloc::first_failure);
+    INFO("first failure: " << diffattn_nomalloc::first_failure_text());
     CHECK(failures == 0);
     CHECK(out_softmax.allFinite());
     CHECK(out_softmax_padded.allFinite());
@@ -108,7 +121,7 @@ TEMPLATE_TEST_CASE("DINT causal_softmax on 2 threads (its task queue) allocates 
         diffattn::dint_attention(q1, k1, q2, k2, v, T(0.6), DintIntegral::causal_softmax, out, options, nullptr,
                                  &workspace);
     });
-    INFO("first failure: " << diffattn_nomalloc::first_failure);
+    INFO("first failure: " << diffattn_nomalloc::first_failure_text());
     CHECK(failures == 0);
     CHECK(out.allFinite());
 }
@@ -132,6 +145,7 @@ TEMPLATE_TEST_CASE("DINT decoding with a KV cache allocates nothing once the his
     history_mean.o1_row_sum = Vector<T>::Zero(dv);
 
     // The prompt (first 150 tokens), then 50 tokens in chunks of 1, 9 and 40, all without malloc.
+    start_openmp_runtime();
     const int failures = without_malloc([&] {
         Index begin = 0;
         for (Index size : {first, Index{1}, Index{9}, Index{40}}) {
@@ -145,7 +159,7 @@ TEMPLATE_TEST_CASE("DINT decoding with a KV cache allocates nothing once the his
             begin = end;
         }
     });
-    INFO("first failed eigen_assert: " << diffattn_nomalloc::first_failure);
+    INFO("first failure: " << diffattn_nomalloc::first_failure_text());
     CHECK(failures == 0);
     CHECK(out_softmax.allFinite());
     CHECK(out_mean.allFinite());
