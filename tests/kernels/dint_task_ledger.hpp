@@ -76,7 +76,7 @@ public:
 
 private:
     Index runs_of(Index g) const { return run_count_[static_cast<std::size_t>(g)]; }
-    Index blocks(Index g) const { return query_block_count(std::min(kGroupRows, seq_len_q_ - g * kGroupRows)); }
+    Index blocks(Index g) const { return query_block_count(query_group_rows(seq_len_q_, g)); }
     bool map_done(Index g, int map) const { return (maps_[static_cast<std::size_t>(g)] >> map & 1) != 0; }
     bool runs_finished(Index g) const { return g < 0 || runs_[static_cast<std::size_t>(g)] == runs_of(g); }
     bool rows_written(Index g) const { return g < 0 || rows_[static_cast<std::size_t>(g)] == blocks(g); }

@@ -25,7 +25,7 @@ NamedShape named(const char* name, const Matrix& m) {
 }
 
 inline std::ostream& operator<<(std::ostream& out, const NamedShape& a) {
-    return out << a.name << " is " << a.rows << "x" << a.cols;
+    return out << a.name << " is " << Shape{a.rows, a.cols};
 }
 
 /// Throws ShapeError unless a and b have the same number of columns.

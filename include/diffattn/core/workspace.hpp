@@ -33,6 +33,8 @@ inline constexpr Index kKeySegmentsPerThread = 2;
 inline Index query_block_count(Index seq_len_q) { return (seq_len_q + kQueryTile - 1) / kQueryTile; }
 /// Number of query groups of kGroupRows rows covering `seq_len_q` rows.
 inline Index query_group_count(Index seq_len_q) { return (seq_len_q + kGroupRows - 1) / kGroupRows; }
+/// Rows of query group g of `seq_len_q` rows: kGroupRows, or fewer for the last group.
+inline Index query_group_rows(Index seq_len_q, Index g) { return std::min(kGroupRows, seq_len_q - g * kGroupRows); }
 
 /// Operands of the tiled core's products in the packed layout of Eigen's GEMM kernel
 /// (detail::PackedProduct): each is packed once and reused by every product that reads it.

@@ -166,8 +166,7 @@ template <typename T, typename Mask, typename F>
 void for_each_query_group(Index seq_len_q, int threads, const Mask& /*mask*/, AttentionWorkspace<T>& ws, F&& f) {
     constexpr Schedule schedule = std::is_same_v<Mask, CausalMask> ? Schedule::largest_first : Schedule::equal_tasks;
     parallel_for(query_group_count(seq_len_q), threads, schedule, [&](Index g, int thread) {
-        const Index q_begin = g * kGroupRows;
-        f(q_begin, std::min(kGroupRows, seq_len_q - q_begin), ws.block(thread));
+        f(g * kGroupRows, query_group_rows(seq_len_q, g), ws.block(thread));
     });
 }
 

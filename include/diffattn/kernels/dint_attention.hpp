@@ -321,7 +321,7 @@ void plan_integral_runs(const Mask& mask, Index seq_len_q, int threads, DintPipe
     Index later_map_work = 0;  // both maps of every group after g
     for (Index g = query_group_count(seq_len_q) - 1; g >= 0; --g) {
         const auto i = static_cast<std::size_t>(g);
-        const Index q_begin = g * kGroupRows, q_rows = std::min(kGroupRows, seq_len_q - q_begin);
+        const Index q_begin = g * kGroupRows, q_rows = query_group_rows(seq_len_q, g);
         const Index work = key_range_work(mask, q_begin, q_rows, 0, block_visit_end(mask, q_begin, q_begin + q_rows));
         const Index runs = later_map_work < (threads - 1) * work ? max_runs : 1;
         later_map_work += 2 * work;
@@ -416,7 +416,7 @@ private:
     bool all_handed_out() const { return map_group_ == groups_ && run_group_ == groups_ && rows_group_ == groups_; }
 
     Index count(const std::vector<Index>& counts, Index group) const { return counts[static_cast<std::size_t>(group)]; }
-    Index blocks(Index group) const { return query_block_count(std::min(kGroupRows, seq_len_q_ - group * kGroupRows)); }
+    Index blocks(Index group) const { return query_block_count(query_group_rows(seq_len_q_, group)); }
     bool rows_written(Index group) const { return group < 0 || count(pipeline_.rows_done, group) == blocks(group); }
     bool runs_finished(Index group) const {
         return group < 0 || count(pipeline_.runs_done, group) == count(pipeline_.run_count, group);
@@ -509,11 +509,10 @@ void dint_softmax_integral(const DotProductLogits<T>& logits1, const DotProductL
     }
 
     DintPipeline<T>& pipeline = ws.dint_pipeline();
-    const auto group_rows = [&](Index g) { return std::min(kGroupRows, seq_len_q - g * kGroupRows); };
     plan_integral_runs(mask, seq_len_q, resolved.threads, pipeline);
     const auto run_task = [&](const DintTask& task, BlockScratch<T>& scratch) {
         const auto g = static_cast<std::size_t>(task.group);
-        const Index q_begin = task.group * kGroupRows, q_rows = group_rows(task.group);
+        const Index q_begin = task.group * kGroupRows, q_rows = query_group_rows(seq_len_q, task.group);
         auto& maps = pipeline.maps[g % kDintMapSlots];
         auto& runs = pipeline.runs[g % 2];
         switch (task.kind) {
