@@ -17,6 +17,7 @@
 
 using namespace diffattn;
 using diffattn::test::DintTaskLedger;
+using diffattn::test::planned_pipeline;
 
 namespace {
 
@@ -25,10 +26,7 @@ namespace {
 /// throws instead of finishing it, as the kernel's worker does: abandon(), then rethrow.
 /// Returns the ledger's complaints; `thrown` counts the workers that threw.
 std::vector<std::string> run_queue(Index seq_len_q, int threads, int throw_at, int& thrown) {
-    DintPipeline<float> pipeline;
-    pipeline.reserve(seq_len_q, 8, threads);
-    const CausalMask mask{0, seq_len_q};
-    detail::plan_integral_runs(mask, seq_len_q, threads, pipeline);
+    DintPipeline<float> pipeline = planned_pipeline(CausalMask{0, seq_len_q}, seq_len_q, threads);
     DintTaskLedger ledger(seq_len_q, pipeline.run_count);
     detail::DintTaskQueue<float> queue(pipeline, seq_len_q);
     std::mutex ledger_mutex;

@@ -19,6 +19,16 @@
 
 namespace diffattn::test {
 
+/// The pipeline of a call of `seq_len_q` query rows on `threads` threads, reserved (value width 8)
+/// and planned by plan_integral_runs, as dint_softmax_integral prepares it.
+template <typename Mask>
+DintPipeline<float> planned_pipeline(const Mask& mask, Index seq_len_q, int threads) {
+    DintPipeline<float> pipeline;
+    pipeline.reserve(seq_len_q, 8, threads);
+    detail::plan_integral_runs(mask, seq_len_q, threads, pipeline);
+    return pipeline;
+}
+
 class DintTaskLedger {
 public:
     /// The tasks of `seq_len_q` query rows with the runs plan_integral_runs wrote to run_count.

@@ -313,9 +313,7 @@ TEST_CASE("order_key_runs hands out a group's key runs heaviest first", "[kernel
 TEST_CASE("plan_integral_runs cuts a group's integral only where the later maps cannot fill the other threads",
           "[kernels][dint_attention]") {
     const auto plan = [](const auto& mask, Index seq_len_q, int threads) {
-        DintPipeline<float> pipeline;
-        pipeline.reserve(seq_len_q, 8, threads);
-        detail::plan_integral_runs(mask, seq_len_q, threads, pipeline);
+        const DintPipeline<float> pipeline = planned_pipeline(mask, seq_len_q, threads);
         return std::vector<Index>(pipeline.run_count.begin(), pipeline.run_count.begin() + query_group_count(seq_len_q));
     };
     // By hand, in units W of a full key tile (128 keys) times a group (256 rows): causal group g sees
@@ -346,9 +344,7 @@ TEST_CASE("DintTaskQueue hands out every task once, each only once its inputs ar
     DIFFATTN_TEST_RNG(rng);
     const auto drive = [&](const auto& mask, Index seq_len_q, int threads, std::size_t max_in_flight) {
         INFO("seq_len_q " << seq_len_q << ", threads " << threads << ", in flight " << max_in_flight);
-        DintPipeline<float> pipeline;
-        pipeline.reserve(seq_len_q, 8, threads);
-        detail::plan_integral_runs(mask, seq_len_q, threads, pipeline);
+        DintPipeline<float> pipeline = planned_pipeline(mask, seq_len_q, threads);
         DintTaskLedger ledger(seq_len_q, pipeline.run_count);
         detail::DintTaskQueue<float> queue(pipeline, seq_len_q);
         std::vector<detail::DintTask> running;

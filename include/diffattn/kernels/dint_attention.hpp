@@ -499,8 +499,8 @@ void dint_softmax_integral(const DotProductLogits<T>& logits1, const DotProductL
 
     if (resolved.threads <= 1) {
         BlockScratch<T>& scratch = ws.block(0);
-        for (Index q_begin = 0; q_begin < seq_len_q; q_begin += kGroupRows) {
-            const Index q_rows = std::min(kGroupRows, seq_len_q - q_begin);
+        for (Index g = 0; g < query_group_count(seq_len_q); ++g) {
+            const Index q_begin = g * kGroupRows, q_rows = query_group_rows(seq_len_q, g);
             differential_block(logits1, logits2, mask, q_begin, q_rows, v, lambda, scratch, out);
             integral_map(q_begin, q_rows, scratch.states[0], KeyRange{}, scratch, scratch.states[2]);
             for (Index r = 0; r < q_rows; ++r) out.row(q_begin + r) += lambda * scratch.states[2].normalized_row(r);
