@@ -70,6 +70,10 @@ def resolve_rope(cfg, head_dim):
     if not isinstance(rp, dict):
         raise Refused("rope_scaling / rope_parameters must be an object, got %r" % (rp,))
     rope_type = rp.get("rope_type", rp.get("type", "default"))
+    if "rope_theta" in rp and "rope_theta" in cfg and rp["rope_theta"] != cfg["rope_theta"]:
+        # transformers 4 reads the top-level key, 5 the dict's: no answer is right for both
+        raise Refused("rope_theta %r and %r (inside the rope dict) disagree"
+                      % (cfg["rope_theta"], rp["rope_theta"]))
     theta = rp.get("rope_theta", cfg.get("rope_theta", 10000.0))
     if not isinstance(theta, (int, float)) or isinstance(theta, bool) or theta <= 0:
         raise Refused("rope_theta must be a positive number, got %r" % (theta,))
@@ -87,10 +91,16 @@ def resolve_rope(cfg, head_dim):
         out[key] = float(rp[key])
     if not out["high_freq_factor"] > out["low_freq_factor"]:
         raise Refused("llama3 rope: high_freq_factor must exceed low_freq_factor")
-    # transformers 5: a top-level original_max_position_embeddings wins over the dict's;
-    # without either, max_position_embeddings is used.
-    omax = cfg.get("original_max_position_embeddings",
-                   rp.get("original_max_position_embeddings", cfg.get("max_position_embeddings")))
+    # transformers 5: a top-level original_max_position_embeddings wins over the dict's (4 reads
+    # only the dict's: refuse when both exist and differ); without either, 5 falls back to
+    # max_position_embeddings.
+    top, inner = cfg.get("original_max_position_embeddings"), \
+        rp.get("original_max_position_embeddings")
+    if top is not None and inner is not None and top != inner:
+        raise Refused("llama3 rope: original_max_position_embeddings %r and %r (inside the rope "
+                      "dict) disagree" % (top, inner))
+    omax = top if top is not None else inner if inner is not None \
+        else cfg.get("max_position_embeddings")
     if not isinstance(omax, int) or isinstance(omax, bool) or omax <= 0:
         raise Refused("llama3 rope: original_max_position_embeddings missing")
     out["original_max_position_embeddings"] = omax

@@ -575,7 +575,8 @@ def config_checks():
     check("diffllama defaults", rc["head_dim"] == D // 4 and rc["num_key_value_heads"] == 4
           and rc["rms_norm_eps"] == 1e-5 and rc["rope"]["rope_theta"] == 10000.0
           and rc["tie_word_embeddings"] is False)
-    both = dict(base, rope_scaling={"rope_type": "default", "rope_theta": 50.0},
+    both = {k: v for k, v in base.items() if k != "rope_theta"}
+    both.update(rope_scaling={"rope_type": "default", "rope_theta": 50.0},
                 rope_parameters={"rope_type": "default", "rope_theta": 70.0})
     check("rope_scaling wins over rope_parameters (transformers 5)",
           CR.resolve_config(both)["rope"]["rope_theta"] == 50.0)
@@ -598,6 +599,13 @@ def config_checks():
         ("rope_type linear", dict(base, rope_scaling={"rope_type": "linear", "factor": 2.0})),
         ("llama3 without factor", dict(base, rope_scaling={"rope_type": "llama3"})),
         ("partial_rotary_factor 0.5", dict(base, partial_rotary_factor=0.5)),
+        ("rope_theta top-level and in rope_parameters disagree",
+         dict(base, rope_scaling=None, rope_parameters={"rope_type": "default",
+                                                        "rope_theta": 500.0})),
+        ("llama3 original_max_position_embeddings top-level and in the dict disagree",
+         dict(base, original_max_position_embeddings=16,
+              rope_scaling={"rope_type": "llama3", "factor": 2.0, "low_freq_factor": 1.0,
+                            "high_freq_factor": 4.0, "original_max_position_embeddings": 8})),
         ("attention_bias true", dict(base, attention_bias=True)),
         ("hidden_act gelu", dict(base, hidden_act="gelu")),
         ("odd num_key_value_heads", dict(base, num_key_value_heads=1)),
