@@ -241,7 +241,8 @@ def write_json(path, obj):
 def default_conv(rc):
     fam = rc["family"]
     return {
-        "pairing": "halves" if fam == "diffllama" else "stripe",
+        # which heads form pair j, separately for queries, keys and value halves
+        "pairing": dict.fromkeys("qkv", "halves" if fam == "diffllama" else "stripe"),
         "kv_map": "div",               # query head t -> kv head t // rep
         "rotary": "rotate_half",
         "rope": rc["rope"],
@@ -256,15 +257,17 @@ def default_conv(rc):
 
 def pair_heads(conv, j, P, rep, Hkv):
     """(query head of map 1, of map 2), (kv head of map 1, of map 2), (kv heads of the value
-    halves) of differential pair j."""
+    halves) of differential pair j. 'halves' (DiffLlama): query heads j and j + P, kv heads
+    t / rep of those; 'stripe' (Motif): query heads 2j and 2j + 1, kv heads 2g and 2g + 1 with
+    g = j / rep."""
     def kv(t):
         return t // rep if conv["kv_map"] == "div" else t % Hkv
 
-    if conv["pairing"] == "halves":     # DiffLlama
-        qa, qb = j, j + P
-        return (qa, qb), (kv(qa), kv(qb)), (kv(qa), kv(qb))
-    g = j // rep if conv["kv_map"] == "div" else j % (Hkv // 2)   # Motif
-    return (2 * j, 2 * j + 1), (2 * g, 2 * g + 1), (2 * g, 2 * g + 1)
+    g = j // rep if conv["kv_map"] == "div" else j % (Hkv // 2)
+    halves = {"q": (j, j + P), "k": (kv(j), kv(j + P)), "v": (kv(j), kv(j + P))}
+    stripe = {"q": (2 * j, 2 * j + 1), "k": (2 * g, 2 * g + 1), "v": (2 * g, 2 * g + 1)}
+    return tuple((halves if conv["pairing"][part] == "halves" else stripe)[part]
+                 for part in "qkv")
 
 
 def interleaved_rope(x, positions, freqs):
@@ -352,11 +355,16 @@ def flips(name, rc):
     """(label, conv changes, mlp replacement or None, other) for this directory; `asserted`
     says whether the change must exceed FLIP_MIN."""
     fam = rc["family"]
+    own = "halves" if fam == "diffllama" else "stripe"
     other_pairing = "stripe" if fam == "diffllama" else "halves"
     gqa = rc["num_attention_heads"] != rc["num_key_value_heads"]
     out = [
-        ("pairing %s (the other family's)" % other_pairing, {"pairing": other_pairing}, None,
-         True),
+        ("pairing %s (the other family's) for queries, keys and values" % other_pairing,
+         {"pairing": dict.fromkeys("qkv", other_pairing)}, None, True),
+        ("value halves paired %s (queries and keys right)" % other_pairing,
+         {"pairing": {"q": own, "k": own, "v": other_pairing}}, None, True),
+        ("key heads paired %s (queries and values right)" % other_pairing,
+         {"pairing": {"q": own, "k": other_pairing, "v": own}}, None, True),
         ("rotary interleaved pairs instead of rotate_half", {"rotary": "interleaved"}, None,
          True),
         ("lambda_init depth %s" % ("i - 1" if fam == "diffllama" else "i (no shift)"),
@@ -494,7 +502,14 @@ def build(name, cfg, seed, T, K, dtype, shards, eos_plan, knobs, desc):
 
     # ---- convention flips ----
     sens = []
+    H, Hkv = rc2["num_attention_heads"], rc2["num_key_value_heads"]
+
+    def heads(conv):
+        return [pair_heads(conv, j, H // 2, H // Hkv, Hkv) for j in range(H // 2)]
+
     for label, change, mlp_fn, asserted in flips(name, rc2):
+        if set(change) <= {"pairing", "kv_map"} and heads(dict(conv0, **change)) == heads(conv0):
+            continue  # the same heads in this geometry: nothing to detect here
         alt = CR.forward(prompt, p64, rc2, attention=loop_attention(dict(conv0, **change)),
                          mlp_fn=mlp_fn)
         sens.append((label, maxabs(alt, logits), asserted))
@@ -669,7 +684,7 @@ def readme(results):
     w("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
         rc = r["rc"]
-        stop = " (eos at %d)" % len(r["gen"]) if r["stopped"] else ""
+        stop = ", ends on eos" if r["stopped"] else ""
         w("| `%s` | %s | %d | %d | %d | %d | %d%s | %s | %s | %d | %s |" % (
             name, rc["family"], rc["num_attention_heads"], rc["num_key_value_heads"],
             rc["head_dim"], r["T"], len(r["gen"]), stop, r["dtype"], len(r["files"]),
