@@ -508,7 +508,8 @@ def build(name, cfg, seed, T, K, dtype, shards, eos_plan, knobs, desc):
         return [pair_heads(conv, j, H // 2, H // Hkv, Hkv) for j in range(H // 2)]
 
     for label, change, mlp_fn, asserted in flips(name, rc2):
-        if set(change) <= {"pairing", "kv_map"} and heads(dict(conv0, **change)) == heads(conv0):
+        if change and set(change) <= {"pairing", "kv_map"} \
+                and heads(dict(conv0, **change)) == heads(conv0):
             continue  # the same heads in this geometry: nothing to detect here
         alt = CR.forward(prompt, p64, rc2, attention=loop_attention(dict(conv0, **change)),
                          mlp_fn=mlp_fn)
