@@ -213,6 +213,8 @@ def read_tensors(directory):
     if os.path.exists(index_path) and os.path.exists(single_path):
         raise Refused("%s: both %s and %s present" % (directory, SINGLE_FILE, INDEX_FILE))
     if not os.path.exists(index_path):
+        if not os.path.exists(single_path):
+            raise Refused("%s: neither %s nor %s" % (directory, SINGLE_FILE, INDEX_FILE))
         t, d, _ = TR.read_safetensors(single_path)
         return t, d
     with open(index_path) as f:
@@ -224,6 +226,8 @@ def read_tensors(directory):
     for shard in sorted(set(wm.values())):
         if not _plain_name(shard):
             raise Refused("%s: shard name %r is not a file name" % (INDEX_FILE, shard))
+        if not os.path.isfile(os.path.join(directory, shard)):
+            raise Refused("%s: shard %s does not exist" % (INDEX_FILE, shard))
         t, d, _ = TR.read_safetensors(os.path.join(directory, shard))
         for name in t:
             if wm.get(name) != shard:

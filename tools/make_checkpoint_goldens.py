@@ -5,14 +5,16 @@ out as the Hugging Face Hub ships them, with float64 goldens from tools/checkpoi
     nice /usr/bin/python3 tools/make_checkpoint_goldens.py   (from anywhere; Debian python3-torch)
 
 Writes tests/data/checkpoints/<name>/{config.json, generation_config.json, model.safetensors |
-model-0000k-of-0000n.safetensors + model.safetensors.index.json, golden.safetensors} and
-tests/data/checkpoints/README.md. Deterministic (seeded). Every run re-checks:
+model-0000k-of-0000n.safetensors + model.safetensors.index.json, golden.safetensors},
+tests/data/checkpoints/README.md, and tests/data/checkpoints/refused/ (tiny directories with
+one thing wrong each, plus control_valid). Deterministic (seeded). Every run re-checks:
   * the directory reads back through the reference loader (shard rules, names, shapes) and
     the golden is computed from the stored (rounded) values;
   * the upstream-structured attention of checkpoint_reference.py equals an explicit per-pair
     loop written from docs/checkpoints.md (to 1e-12);
   * greedy steps equal the rows of one full forward over prompt + continuation (causality);
-  * every convention flip listed in FLIPS changes the logits by more than FLIP_MIN.
+  * every convention flip listed by `flips` changes the logits by more than FLIP_MIN;
+  * the reference refuses every config of REFUSED_CONFIGS and every refused/ directory.
 """
 
 import json
@@ -581,6 +583,73 @@ def rope_checks():
                                    + float(x[0, 2, 1]) * math.sin(a))) < 1e-15)
 
 
+def tiny_config(family, **kw):
+    """The base of the must-refuse directories: D = 8, H = Hkv = 2, hd = 4, one layer, V = 16."""
+    make = diffllama_config if family == "diffllama" else motif_config
+    c = make(hidden_size=8, num_attention_heads=2, num_key_value_heads=2, num_hidden_layers=1,
+             intermediate_size=8, vocab_size=16, max_position_embeddings=32)
+    if family == "diffllama":
+        c["head_dim"] = 4
+    c.update(kw)
+    return {k: c[k] for k in sorted(c) if c[k] is not DROP}
+
+
+LLAMA3 = {"rope_type": "llama3", "factor": 2.0, "low_freq_factor": 1.0,
+          "high_freq_factor": 4.0, "original_max_position_embeddings": 8}
+
+# case, config.json, what is wrong: every one must be refused while reading config.json
+REFUSED_CONFIGS = [
+    ("unknown_model_type", tiny_config("diffllama", model_type="llama",
+                                       architectures=["LlamaForCausalLM"]),
+     "model_type llama, architectures LlamaForCausalLM: neither family"),
+    ("diffllama_other_architecture",
+     tiny_config("diffllama", architectures=["DiffLlamaForSequenceClassification"]),
+     "model_type diffllama with architectures DiffLlamaForSequenceClassification"),
+    ("rope_type_yarn", tiny_config("diffllama", rope_scaling={"rope_type": "yarn",
+                                                              "factor": 2.0}),
+     "rope_scaling rope_type yarn"),
+    ("rope_type_linear_legacy_key", tiny_config("diffllama", rope_scaling={"type": "linear",
+                                                                           "factor": 2.0}),
+     "rope_scaling with the legacy key type = linear"),
+    ("llama3_without_factor",
+     tiny_config("diffllama", rope_scaling={k: v for k, v in LLAMA3.items() if k != "factor"}),
+     "llama3 rope_scaling without factor"),
+    ("llama3_omax_conflict",
+     tiny_config("diffllama", rope_scaling=LLAMA3, original_max_position_embeddings=16),
+     "llama3 original_max_position_embeddings 16 at the top level, 8 in rope_scaling"),
+    ("rope_theta_conflict",
+     tiny_config("diffllama", rope_scaling=None,
+                 rope_parameters={"rope_type": "default", "rope_theta": 500.0}),
+     "rope_theta 10000 at the top level, 500 in rope_parameters"),
+    ("partial_rotary_factor", tiny_config("diffllama", partial_rotary_factor=0.5),
+     "partial_rotary_factor 0.5"),
+    ("diffllama_attention_bias", tiny_config("diffllama", attention_bias=True),
+     "attention_bias true"),
+    ("diffllama_hidden_act_gelu", tiny_config("diffllama", hidden_act="gelu"),
+     "hidden_act gelu"),
+    ("diffllama_odd_kv_heads", tiny_config("diffllama", num_key_value_heads=1),
+     "num_key_value_heads 1 (odd)"),
+    ("diffllama_odd_heads", tiny_config("diffllama", num_attention_heads=3,
+                                        num_key_value_heads=3),
+     "num_attention_heads 3 (odd)"),
+    ("diffllama_kv_not_dividing", tiny_config("diffllama", num_attention_heads=6,
+                                              num_key_value_heads=4),
+     "num_key_value_heads 4 does not divide num_attention_heads 6"),
+    ("motif_use_bias", tiny_config("motif", use_bias=True), "use_bias true"),
+    ("motif_qkv_bias", tiny_config("motif", qkv_bias=True), "qkv_bias true"),
+    ("motif_hidden_act_silu", tiny_config("motif", hidden_act="silu"), "hidden_act silu"),
+    ("motif_without_hidden_act", tiny_config("motif", hidden_act=DROP), "hidden_act absent"),
+    ("motif_num_noise_heads", tiny_config("motif", num_noise_heads=1),
+     "num_noise_heads (grouped differential attention)"),
+    ("motif_head_dim_mismatch", tiny_config("motif", head_dim=8),
+     "head_dim 8 != hidden_size / num_attention_heads = 4"),
+    ("motif_without_attn_rms_norm_eps", tiny_config("motif", attn_rms_norm_eps=DROP),
+     "attn_rms_norm_eps absent"),
+    ("motif_without_rms_norm_eps", tiny_config("motif", rms_norm_eps=DROP),
+     "rms_norm_eps absent"),
+]
+
+
 def config_checks():
     """Defaults and refusals of resolve_config (docs/checkpoints.md)."""
     base = diffllama_config()
@@ -596,50 +665,174 @@ def config_checks():
                 rope_parameters={"rope_type": "default", "rope_theta": 70.0})
     check("rope_scaling wins over rope_parameters (transformers 5)",
           CR.resolve_config(both)["rope"]["rope_theta"] == 50.0)
+    legacy = {k: v for k, v in LLAMA3.items() if k != "rope_type"}
+    legacy["type"] = "llama3"
     check("legacy 'type' key read as rope_type",
-          CR.resolve_rope({"rope_scaling": {"type": "llama3", "factor": 2.0,
-                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                            "original_max_position_embeddings": 16}},
-                          8)["rope_type"] == "llama3")
+          CR.resolve_rope({"rope_scaling": legacy}, 8)["rope_type"] == "llama3")
     check("llama3 without original_max_position_embeddings falls back to "
           "max_position_embeddings",
           CR.resolve_rope({"max_position_embeddings": 64,
-                           "rope_scaling": {"rope_type": "llama3", "factor": 2.0,
-                                            "low_freq_factor": 1.0, "high_freq_factor": 4.0}},
+                           "rope_scaling": {k: v for k, v in LLAMA3.items()
+                                            if k != "original_max_position_embeddings"}},
                           8)["original_max_position_embeddings"] == 64)
-    refused = [
-        ("unknown model_type", dict(base, model_type="llama", architectures=["LlamaForCausalLM"])),
-        ("diffllama with another architecture",
-         dict(base, architectures=["DiffLlamaForSequenceClassification"])),
-        ("rope_type yarn", dict(base, rope_scaling={"rope_type": "yarn", "factor": 2.0})),
-        ("rope_type linear", dict(base, rope_scaling={"rope_type": "linear", "factor": 2.0})),
-        ("llama3 without factor", dict(base, rope_scaling={"rope_type": "llama3"})),
-        ("partial_rotary_factor 0.5", dict(base, partial_rotary_factor=0.5)),
-        ("rope_theta top-level and in rope_parameters disagree",
-         dict(base, rope_scaling=None, rope_parameters={"rope_type": "default",
-                                                        "rope_theta": 500.0})),
-        ("llama3 original_max_position_embeddings top-level and in the dict disagree",
-         dict(base, original_max_position_embeddings=16,
-              rope_scaling={"rope_type": "llama3", "factor": 2.0, "low_freq_factor": 1.0,
-                            "high_freq_factor": 4.0, "original_max_position_embeddings": 8})),
-        ("attention_bias true", dict(base, attention_bias=True)),
-        ("hidden_act gelu", dict(base, hidden_act="gelu")),
-        ("odd num_key_value_heads", dict(base, num_key_value_heads=1)),
-        ("odd num_attention_heads", dict(base, num_attention_heads=3, num_key_value_heads=3)),
-        ("motif use_bias", dict(motif_config(), use_bias=True)),
-        ("motif hidden_act silu", dict(motif_config(), hidden_act="silu")),
-        ("motif num_noise_heads", dict(motif_config(), num_noise_heads=2)),
-        ("motif head_dim != hidden/H", dict(motif_config(), head_dim=16)),
-        ("motif without attn_rms_norm_eps",
-         {k: v for k, v in motif_config().items() if k != "attn_rms_norm_eps"}),
-    ]
-    for label, c in refused:
+    for fam in ("diffllama", "motif"):
+        CR.resolve_config(tiny_config(fam))  # the bases themselves are fine
+    for case, cfg, why in REFUSED_CONFIGS:
         try:
-            CR.resolve_config(c)
+            CR.resolve_config(cfg)
             ok = False
         except CR.Refused:
             ok = True
-        check("refused: " + label, ok)
+        check("refused: %s (%s)" % (case, why), ok)
+
+
+# ============================================================================================
+# Must-refuse directories
+# ============================================================================================
+def _tiny_weights(family, tie=False):
+    rc = CR.resolve_config(tiny_config(family, tie_word_embeddings=tie))
+    params, _ = init_params(rc, 7, {})
+    return rc, {k: v.float().double() for k, v in params.items()}
+
+
+def _shard_two(d, tensors, first, extra_map=None, drop_from_map=(), second_extra=None):
+    """Two shards: `first` names in shard 1, the rest in shard 2; index from the actual
+    placement, then edited (extra_map entries added, names dropped)."""
+    f1 = "model-00001-of-00002.safetensors"
+    f2 = "model-00002-of-00002.safetensors"
+    s1 = {k: v for k, v in tensors.items() if k in first}
+    s2 = {k: v for k, v in tensors.items() if k not in first}
+    s2.update(second_extra or {})
+    TR.write_safetensors(os.path.join(d, f1), s1, metadata={"format": "pt"})
+    TR.write_safetensors(os.path.join(d, f2), s2, metadata={"format": "pt"})
+    wm = {k: f1 for k in s1}
+    wm.update({k: f2 for k in s2 if k not in wm})
+    wm.update(extra_map or {})
+    for k in drop_from_map:
+        wm.pop(k)
+    write_json(os.path.join(d, CR.INDEX_FILE),
+               {"metadata": {"total_size": 4 * sum(t.numel() for t in tensors.values())},
+                "weight_map": {k: wm[k] for k in sorted(wm)}})
+
+
+def refused_file_cases():
+    """(case, family, writer(d, tensors), what is wrong): config.json is valid, the files not."""
+    lam = "model.layers.0.self_attn.lambda_q1"
+    emb = "model.embed_tokens.weight"
+
+    def single(mutate):
+        def w(d, t):
+            t = dict(t)
+            mutate(t)
+            TR.write_safetensors(os.path.join(d, CR.SINGLE_FILE), t, metadata={"format": "pt"})
+        return w
+
+    def both_present(d, t):
+        single(lambda x: None)(d, t)
+        _shard_two(d, t, {emb})
+
+    def missing_shard_file(d, t):
+        _shard_two(d, t, {emb})
+        os.remove(os.path.join(d, "model-00002-of-00002.safetensors"))
+
+    return [
+        ("missing_tensor", "diffllama", single(lambda t: t.pop(lam)),
+         "model.safetensors lacks model.layers.0.self_attn.lambda_q1"),
+        ("extra_tensor_subln_in_diffllama", "diffllama",
+         single(lambda t: t.update({"model.layers.0.self_attn.subln.weight":
+                                    torch.ones(8, dtype=DT)})),
+         "a DiffLlama checkpoint with self_attn.subln.weight (DiffLlama's norm has no weight)"),
+        ("misshapen_tensor", "diffllama",
+         single(lambda t: t.update({lam: torch.zeros(5, dtype=DT)})),
+         "lambda_q1 of shape [5] instead of [4]"),
+        ("motif_missing_act_fn_bias", "motif",
+         single(lambda t: t.pop("model.layers.0.mlp.act_fn.bias")),
+         "Motif checkpoint without mlp.act_fn.bias"),
+        ("tied_with_lm_head", "diffllama_tied",
+         single(lambda t: t.update({"lm_head.weight": t[emb].clone()})),
+         "tie_word_embeddings true and an lm_head.weight tensor"),
+        ("single_file_and_index", "diffllama", both_present,
+         "model.safetensors and model.safetensors.index.json both present"),
+        ("index_shard_path_escapes", "diffllama",
+         lambda d, t: _shard_two(d, t, {emb}, extra_map={"model.norm.weight":
+                                                        "../model-00002-of-00002.safetensors"}),
+         "weight_map names ../model-00002-of-00002.safetensors"),
+        ("index_shard_file_missing", "diffllama", missing_shard_file,
+         "weight_map names model-00002-of-00002.safetensors, which does not exist"),
+        ("index_tensor_not_listed", "diffllama",
+         lambda d, t: _shard_two(d, t, {emb}, drop_from_map=[lam]),
+         "shard 2 holds lambda_q1, which the weight_map does not list"),
+        ("index_tensor_listed_for_other_shard", "diffllama",
+         lambda d, t: _shard_two(d, t, {emb}, extra_map={lam: "model-00001-of-00002.safetensors"}),
+         "weight_map lists lambda_q1 in shard 1, it is in shard 2"),
+        ("index_tensor_in_two_shards", "diffllama",
+         lambda d, t: _shard_two(d, t, {emb}, second_extra={emb: t[emb]}),
+         "embed_tokens in both shards"),
+        ("index_lists_absent_tensor", "diffllama",
+         lambda d, t: _shard_two(d, {k: v for k, v in t.items() if k != lam}, {emb},
+                                 extra_map={lam: "model-00002-of-00002.safetensors"}),
+         "weight_map lists lambda_q1, no shard holds it"),
+    ]
+
+
+def write_refused():
+    base = os.path.join(OUT, "refused")
+    if os.path.isdir(base):
+        shutil.rmtree(base)
+    os.makedirs(base)
+    rows = []
+    for case, cfg, why in REFUSED_CONFIGS:
+        d = os.path.join(base, case)
+        os.makedirs(d)
+        write_json(os.path.join(d, "config.json"), cfg)
+        try:
+            CR.resolve_config(cfg)
+            ok = False
+        except CR.Refused:
+            ok = True
+        check("refused dir %s: config refused" % case, ok)
+        # weights of the unmutated base, so only config.json is wrong
+        _, t = _tiny_weights("motif" if case.startswith("motif") else "diffllama")
+        TR.write_safetensors(os.path.join(d, CR.SINGLE_FILE), t, metadata={"format": "pt"})
+        rows.append((case, "ConfigError", why))
+    for case, fam, writer, why in refused_file_cases():
+        d = os.path.join(base, case)
+        os.makedirs(d)
+        tie = fam == "diffllama_tied"
+        fam = "diffllama" if tie else fam
+        write_json(os.path.join(d, "config.json"), tiny_config(fam, tie_word_embeddings=tie))
+        rc, t = _tiny_weights(fam, tie)
+        writer(d, t)
+        try:
+            CR.load_checkpoint(d)
+            ok = False
+        except CR.Refused:
+            ok = True
+        check("refused dir %s: files refused" % case, ok)
+        rows.append((case, "FileError", why))
+    # a valid tiny directory next to them, so a test can tell "refused" from "unreadable"
+    d = os.path.join(base, "control_valid")
+    os.makedirs(d)
+    write_json(os.path.join(d, "config.json"), tiny_config("diffllama"))
+    _, t = _tiny_weights("diffllama")
+    TR.write_safetensors(os.path.join(d, CR.SINGLE_FILE), t, metadata={"format": "pt"})
+    CR.load_checkpoint(d)
+    lines = ["# Checkpoint directories a reader must refuse",
+             "",
+             "Written by tools/make_checkpoint_goldens.py; rules in docs/checkpoints.md",
+             "('Refused', 'Files'). Each is a tiny DiffLlama or Motif checkpoint (hidden 8, 2 heads of",
+             "width 4, one layer, vocab 16, F32) with one thing wrong; the reference loader",
+             "(tools/checkpoint_reference.py `load_checkpoint`) refuses every one of them, and reads",
+             "`control_valid`, the unmutated DiffLlama base. Suggested exception: ConfigError when",
+             "config.json is at fault, FileError when the files are.",
+             "",
+             "| directory | error | what is wrong |",
+             "|---|---|---|"]
+    lines += ["| `%s` | %s | %s |" % r for r in rows]
+    lines += ["| `control_valid` | (none) | nothing: must load |", ""]
+    with open(os.path.join(base, "README.md"), "w") as f:
+        f.write("\n".join(lines))
+    return len(rows)
 
 
 # ============================================================================================
@@ -734,6 +927,7 @@ def main():
     results = {}
     for spec in DIRS:
         results[spec[0]] = build(*spec)
+    n_refused = write_refused()
     with open(os.path.join(OUT, "README.md"), "w") as f:
         f.write(readme(results))
     for name, r in results.items():
@@ -744,6 +938,7 @@ def main():
             print("    %-60s %.3g%s" % (label, diff, "" if asserted else "  (not asserted)"))
     total = sum(os.path.getsize(os.path.join(dp, fn))
                 for dp, _, fs in os.walk(OUT) for fn in fs)
+    print("%d must-refuse directories under refused/" % n_refused)
     print("== self-checks: %d passed, %d failed ==" % (sum(ok for _, ok, _ in CHECKS),
                                                        sum(not ok for _, ok, _ in CHECKS)))
     print("total size of tests/data/checkpoints: %d bytes" % total)
