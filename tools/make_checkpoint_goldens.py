@@ -36,16 +36,7 @@ FLIP_MIN = 1e-2      # asserted logit change of a convention flip: 100x the floa
 MARGIN_MIN = 1e-3    # every greedy step's top-1 minus top-2 logit (so float32 agrees on argmax)
 D, V, I_SIZE, L = 32, 80, 48, 2
 
-CHECKS = []
-
-
-def check(name, ok, detail=""):
-    CHECKS.append((name, bool(ok), detail))
-    assert ok, "self-check failed: %s %s" % (name, detail)
-
-
-def maxabs(a, b):
-    return float((a - b).abs().max())
+from make_golden_models import CHECKS, check, maxabs  # noqa: E402  (the same self-check log)
 
 
 # ============================================================================================
@@ -650,6 +641,15 @@ REFUSED_CONFIGS = [
 ]
 
 
+def refuses(fn, arg):
+    """True when fn(arg) raises checkpoint_reference.Refused."""
+    try:
+        fn(arg)
+    except CR.Refused:
+        return True
+    return False
+
+
 def config_checks():
     """Defaults and refusals of resolve_config (docs/checkpoints.md)."""
     base = diffllama_config()
@@ -678,12 +678,7 @@ def config_checks():
     for fam in ("diffllama", "motif"):
         CR.resolve_config(tiny_config(fam))  # the bases themselves are fine
     for case, cfg, why in REFUSED_CONFIGS:
-        try:
-            CR.resolve_config(cfg)
-            ok = False
-        except CR.Refused:
-            ok = True
-        check("refused: %s (%s)" % (case, why), ok)
+        check("refused: %s (%s)" % (case, why), refuses(CR.resolve_config, cfg))
 
 
 # ============================================================================================
@@ -785,12 +780,7 @@ def write_refused():
         d = os.path.join(base, case)
         os.makedirs(d)
         write_json(os.path.join(d, "config.json"), cfg)
-        try:
-            CR.resolve_config(cfg)
-            ok = False
-        except CR.Refused:
-            ok = True
-        check("refused dir %s: config refused" % case, ok)
+        check("refused dir %s: config refused" % case, refuses(CR.resolve_config, cfg))
         # weights of the unmutated base, so only config.json is wrong
         _, t = _tiny_weights("motif" if case.startswith("motif") else "diffllama")
         TR.write_safetensors(os.path.join(d, CR.SINGLE_FILE), t, metadata={"format": "pt"})
@@ -803,12 +793,7 @@ def write_refused():
         write_json(os.path.join(d, "config.json"), tiny_config(fam, tie_word_embeddings=tie))
         rc, t = _tiny_weights(fam, tie)
         writer(d, t)
-        try:
-            CR.load_checkpoint(d)
-            ok = False
-        except CR.Refused:
-            ok = True
-        check("refused dir %s: files refused" % case, ok)
+        check("refused dir %s: files refused" % case, refuses(CR.load_checkpoint, d))
         rows.append((case, "FileError", why))
     # a valid tiny directory next to them, so a test can tell "refused" from "unreadable"
     d = os.path.join(base, "control_valid")
