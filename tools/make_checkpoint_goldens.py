@@ -854,6 +854,8 @@ def readme(results):
     w("  KV-cache decode must reproduce). `__metadata__`: family, max_new_tokens, eos_token_ids")
     w("  (JSON list), stopped_on_eos.")
     w("")
+    w("`refused/` holds tiny directories a reader must refuse, one fault each (its README).")
+    w("")
     w("All: hidden_size %d, 2 layers, vocab %d, intermediate_size %d, rope_theta 10000 unless" %
       (D, V, I_SIZE))
     w("stated. lambda_init: DiffLlama layer i uses 0.8 - 0.6 exp(-0.3 i) (0.2, 0.35551); Motif")
