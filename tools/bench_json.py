@@ -15,11 +15,10 @@ as int), .seconds (wall time per iteration), the raw entry (.get for counters) a
   python3 tools/bench_json.py list latest.json
       one line per benchmark: name, time, GFLOPs, vs_gemm
   python3 tools/bench_json.py gbench -o run.json latest.json.xz
-      the entries Google Benchmark's compare.py can compare (those with real_time and cpu_time:
-      not bench_memory's; of the aggregates of a run with repetitions, mean and median),
-      renumbered so that compare.py, which sorts by family_index, keeps the merged file's order
-      (each program counts its families from 0), and named without the "min_time:..." part a
-      --quick run adds, so that a quick run compares with a full one at the sizes both have
+      the entries Google Benchmark's compare.py can compare (those with a time: not
+      bench_memory's), so that any two runs compare at the benchmarks both have: a run reported
+      by aggregates only stands as its medians, names lose the "min_time:..." part of --quick,
+      and compare.py's sort keeps the merged file's order (gbench_entries)
 """
 import argparse
 import json
@@ -89,22 +88,33 @@ def read_file(path):
 
 
 def gbench_entries(data):
-    """The entries compare.py can compare (iterations, mean and median aggregates; stddev and cv
-    are not times), with family_index = the order in which each benchmark (run_name) first
-    appears and per_family_instance_index 0, so that compare.py's sort keeps that order; names
-    without their min_time part (set by --quick)."""
+    """The entries compare.py can compare, in the merged file's order: of a benchmark with
+    repetitions, its iterations with the mean and median aggregates (stddev and cv are not times);
+    of one reported by its aggregates only (--benchmark_report_aggregates_only), the median under
+    the benchmark's own name, as load() reads it, so that it compares with a run without
+    repetitions. Names lose the min_time part a --quick run adds; family_index becomes the order
+    in which each benchmark first appears (per_family_instance_index 0), which compare.py's sort
+    then keeps (each program counts its families from 0)."""
+    def plain(name):
+        return "/".join(p for p in name.split("/") if not p.startswith(_MIN_TIME_KEYS))
+
+    timed = [e for e in data.get("benchmarks", []) if all(k in e for k in ("real_time", "cpu_time", "time_unit"))]
+    iterated = {e.get("run_name", e.get("name")) for e in timed if e.get("run_type", "iteration") == "iteration"}
     order, entries = {}, []
-    for entry in data.get("benchmarks", []):
-        if not all(k in entry for k in ("real_time", "cpu_time", "time_unit")):
-            continue
-        if entry.get("run_type") == "aggregate" and entry.get("aggregate_name") not in ("mean", "median"):
-            continue
+    for entry in timed:
         entry = dict(entry)
+        run = entry.get("run_name", entry.get("name", ""))
+        if entry.get("run_type") == "aggregate":
+            if entry.get("aggregate_name") not in ("mean", "median") or \
+                    (run not in iterated and entry.get("aggregate_name") != "median"):
+                continue
+            if run not in iterated:
+                entry.update(name=run, run_type="iteration")
+                entry.pop("aggregate_name", None)
         for key in ("name", "run_name"):
             if key in entry:
-                entry[key] = "/".join(p for p in entry[key].split("/") if not p.startswith(_MIN_TIME_KEYS))
-        run = entry.get("run_name", entry.get("name", ""))
-        entry["family_index"] = order.setdefault(run, len(order))
+                entry[key] = plain(entry[key])
+        entry["family_index"] = order.setdefault(plain(run), len(order))
         entry["per_family_instance_index"] = 0
         entries.append(entry)
     return entries
