@@ -1,7 +1,8 @@
 // diffattn-kernel-demo: runs every single-head kernel on built-in random inputs, checks each
-// against the plain reference, and prints results and timings.
+// against the plain reference, and prints results, timings and the vector ISA it was compiled for.
 //
 //   diffattn-kernel-demo [--n N] [--head-dim D] [--seed S]
+#include <diffattn/core/isa.hpp>
 #include <diffattn/diffattn.hpp>
 
 #include <chrono>
@@ -78,6 +79,11 @@ int main(int argc, char** argv) {
     std::printf("diffattn %s kernel demo: N = S = %ld, head dim d = %ld, value dim 2d = %ld, lambda = %.4f, seed %u\n",
                 diffattn::version, static_cast<long>(n), static_cast<long>(d), static_cast<long>(2 * d),
                 lambda, seed);
+    // The kernels' speed is the ISA's: say which one, and how to get the machine's own.
+    std::printf("kernels compiled for %s%s\n", diffattn::compiled_isa(),
+                std::string(diffattn::compiled_isa()) == "SSE2"
+                    ? " (generic x86-64; configure with -DDIFFATTN_NATIVE=ON, i.e. link diffattn::native, for this machine's)"
+                    : "");
     std::printf("%-28s %12s %12s %10s %22s\n", "kernel", "out[0,0]", "out[N-1,0]", "ms/call", "max |fast - reference|");
 
     const auto show = [&](const char* name, double flops_maps, const std::function<void(Matrix&)>& fast,

@@ -2,8 +2,9 @@
 # Makes sure the Debian 12 packages diffattn needs to build and test are installed.
 #   root:      installs the missing ones with apt-get
 #   not root:  prints the apt-get command to run and exits 1
-# Arguments: extra packages to check and install with the list below (scripts/bench.sh passes
-# python3 and python3-torch).
+# Arguments: --bench adds the benchmark tooling's packages (BENCH_PACKAGES below; scripts/bench.sh
+# passes it); any other argument is an extra package to check and install with the lists
+# (scripts/bench.sh passes python3-torch and libopenblas0-openmp for the PyTorch comparison).
 # DIFFATTN_SKIP_DEPS=1 skips the check (other distributions, hand-made toolchains).
 set -euo pipefail
 
@@ -22,7 +23,22 @@ PACKAGES=(
   libclang-rt-14-dev  # clang 14's sanitizer runtimes and libFuzzer
 )
 
-PACKAGES+=("$@")
+# The benchmark tooling's (scripts/bench.sh, tools/bench_*.py, docs/benchmarks.md): not needed to
+# build or test.
+BENCH_PACKAGES=(
+  python3             # tools/bench_*.py, run as /usr/bin/python3
+  libbenchmark-tools  # Google Benchmark's compare.py (/usr/share/benchmark): bench.sh --compare
+  python3-scipy       # compare.py imports scipy.stats (its U test); Debian does not pull it in
+  python3-matplotlib  # tools/bench_chart.py draws docs/bench/kernels.svg
+)
+
+for arg in "$@"; do
+  if [[ "$arg" == --bench ]]; then
+    PACKAGES+=("${BENCH_PACKAGES[@]}")
+  else
+    PACKAGES+=("$arg")
+  fi
+done
 
 if [[ "${DIFFATTN_SKIP_DEPS:-0}" == 1 ]]; then
   exit 0

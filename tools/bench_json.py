@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """Reads and merges the JSON files of diffattn's benchmark programs (standard library only).
+Every reader here takes plain JSON or xz-compressed JSON (*.xz: docs/bench/latest.json.xz).
 
 Every program of bench/ names its benchmarks "family/key:value/key:value", e.g.
 "softmax/N:1024/d:128/mask:causal/threads:1"; Google Benchmark appends "/real_time" (and
@@ -7,14 +8,21 @@ Every program of bench/ names its benchmarks "family/key:value/key:value", e.g.
 load() turns each entry into a Record with .name, .family, .params (the key:value parts, numbers
 as int), .seconds (wall time per iteration), the raw entry (.get for counters) and helpers.
 
-  python3 tools/bench_json.py merge -o docs/bench/latest.json a.json b.json ...
+  python3 tools/bench_json.py merge [--xz] -o docs/bench/latest.json a.json b.json ...
       one file {"context": {...}, "contexts": {file: context}, "benchmarks": [all entries]};
       missing or empty inputs are skipped with a note (a --filter that matched nothing).
+      --xz also writes it xz-compressed to <output>.xz (what git keeps: docs/bench/latest.json.xz)
   python3 tools/bench_json.py list latest.json
       one line per benchmark: name, time, GFLOPs, vs_gemm
+  python3 tools/bench_json.py gbench -o run.json latest.json.xz
+      the entries Google Benchmark's compare.py can compare (those with a time: not
+      bench_memory's), so that any two runs compare at the benchmarks both have: a run reported
+      by aggregates only stands as its medians, names lose the "min_time:..." part of --quick,
+      and compare.py's sort keeps the merged file's order (gbench_entries)
 """
 import argparse
 import json
+import lzma
 import os
 import sys
 
@@ -22,7 +30,8 @@ _TIME_TO_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
 _GBENCH_SUFFIXES = ("real_time", "manual_time", "process_time")
-_GBENCH_KEYS = ("min_time:", "min_warmup_time:", "iterations:", "repeats:")
+_MIN_TIME_KEYS = ("min_time:", "min_warmup_time:")
+_GBENCH_KEYS = _MIN_TIME_KEYS + ("iterations:", "repeats:")
 
 
 def _is_gbench_suffix(part):
@@ -70,11 +79,56 @@ class Record:
 
 
 def read_file(path):
-    """The parsed JSON of one file, or None if it is missing or empty."""
+    """The parsed JSON of one file (plain, or xz-compressed if the name ends in .xz), or None if it
+    is missing or empty."""
     if not os.path.exists(path) or os.path.getsize(path) == 0:
         return None
-    with open(path) as f:
+    with (lzma.open(path, "rt") if path.endswith(".xz") else open(path)) as f:
         return json.load(f)
+
+
+def gbench_entries(data):
+    """The entries compare.py can compare, in the merged file's order: of a benchmark with
+    repetitions, its iterations with the mean and median aggregates (stddev and cv are not times);
+    of one reported by its aggregates only (--benchmark_report_aggregates_only), the median under
+    the benchmark's own name, as load() reads it, so that it compares with a run without
+    repetitions. Names lose the min_time part a --quick run adds; family_index becomes the order
+    in which each benchmark first appears (per_family_instance_index 0), which compare.py's sort
+    then keeps (each program counts its families from 0)."""
+    def plain(name):
+        return "/".join(p for p in name.split("/") if not p.startswith(_MIN_TIME_KEYS))
+
+    timed = [e for e in data.get("benchmarks", []) if all(k in e for k in ("real_time", "cpu_time", "time_unit"))]
+    iterated = {e.get("run_name", e.get("name")) for e in timed if e.get("run_type", "iteration") == "iteration"}
+    order, entries = {}, []
+    for entry in timed:
+        entry = dict(entry)
+        run = entry.get("run_name", entry.get("name", ""))
+        if entry.get("run_type") == "aggregate":
+            if entry.get("aggregate_name") not in ("mean", "median") or \
+                    (run not in iterated and entry.get("aggregate_name") != "median"):
+                continue
+            if run not in iterated:
+                entry.update(name=run, run_type="iteration")
+                entry.pop("aggregate_name", None)
+        for key in ("name", "run_name"):
+            if key in entry:
+                entry[key] = plain(entry[key])
+        entry["family_index"] = order.setdefault(plain(run), len(order))
+        entry["per_family_instance_index"] = 0
+        entries.append(entry)
+    return entries
+
+
+def write_json(data, out_path, xz=False):
+    """Writes `data` to out_path, and with xz also to out_path + ".xz" (the same bytes compressed)."""
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    text = json.dumps(data, indent=1) + "\n"
+    with open(out_path, "w") as f:
+        f.write(text)
+    if xz:
+        with lzma.open(out_path + ".xz", "wt", preset=9 | lzma.PRESET_EXTREME) as f:
+            f.write(text)
 
 
 def load(paths):
@@ -115,7 +169,7 @@ def find(records, family, **params):
     return found[-1] if found else None
 
 
-def merge(paths, out_path):
+def merge(paths, out_path, xz=False):
     merged = {"context": {}, "contexts": {}, "benchmarks": []}
     for path in paths:
         data = read_file(path)
@@ -127,10 +181,7 @@ def merge(paths, out_path):
         if not merged["context"]:
             merged["context"] = dict(ctx)
         merged["benchmarks"].extend(data.get("benchmarks", []))
-    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    with open(out_path, "w") as f:
-        json.dump(merged, f, indent=1)
-        f.write("\n")
+    write_json(merged, out_path, xz)
     return merged
 
 
@@ -139,13 +190,25 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     m = sub.add_parser("merge", help="merge several benchmark JSON files into one")
     m.add_argument("-o", "--output", required=True)
+    m.add_argument("--xz", action="store_true", help="also write <output>.xz")
     m.add_argument("inputs", nargs="+")
     ls = sub.add_parser("list", help="one line per benchmark")
     ls.add_argument("inputs", nargs="+")
+    gb = sub.add_parser("gbench", help="the entries compare.py can compare, in one plain JSON file")
+    gb.add_argument("-o", "--output", required=True)
+    gb.add_argument("input")
     args = parser.parse_args(argv)
     if args.command == "merge":
-        merged = merge(args.inputs, args.output)
-        print("bench_json: %d benchmarks -> %s" % (len(merged["benchmarks"]), args.output))
+        merged = merge(args.inputs, args.output, args.xz)
+        print("bench_json: %d benchmarks -> %s%s" % (len(merged["benchmarks"]), args.output,
+                                                    " (and .xz)" if args.xz else ""))
+    elif args.command == "gbench":
+        data = read_file(args.input)
+        if data is None:
+            raise SystemExit("bench_json: %s is missing or empty" % args.input)
+        entries = gbench_entries(data)
+        write_json({"context": data.get("context", {}), "benchmarks": entries}, args.output)
+        print("bench_json: %d entries compare.py can compare -> %s" % (len(entries), args.output))
     else:
         for r in load(args.inputs):
             g, v = r.get("GFLOPs"), r.get("vs_gemm")

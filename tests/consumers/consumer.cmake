@@ -1,8 +1,9 @@
 # Runs one consumer test (cmake -P; registered by tests/CMakeLists.txt).
 #
 #   -DMODE=install    cmake --install BUILD_DIR into a fresh PREFIX (the fixture of the next two)
-#   -DMODE=cmake      configure tests/consumers/<NAME> into WORK_DIR/<NAME>, build it, run it
-#                     (NAME = find_package | add_subdirectory | fetchcontent)
+#   -DMODE=cmake      configure tests/consumers/<NAME> into WORK_DIR/<NAME>, build it, run its
+#                     consumer and consumer_native (NAME = find_package | add_subdirectory |
+#                     fetchcontent; consumer_targets.cmake)
 #   -DMODE=pkgconfig  compile consumer.cpp with `pkg-config --cflags diffattn` from PREFIX, run it
 #
 # Common inputs: DIFFATTN_SOURCE_DIR, WORK_DIR, PREFIX, GENERATOR, MAKE_PROGRAM, CXX_COMPILER,
@@ -53,6 +54,7 @@ elseif(MODE STREQUAL "cmake")
   run(configure ${configure})
   run(build "${CMAKE_COMMAND}" --build "${bin}")
   run(run "${bin}/consumer")
+  run(run "${bin}/consumer_native")
 
 elseif(MODE STREQUAL "pkgconfig")
   find_program(PKG_CONFIG_EXECUTABLE NAMES pkg-config pkgconf REQUIRED)
