@@ -9,7 +9,7 @@
 #pragma once
 
 #include "diffattn/kernels/dint_pipeline.hpp"
-#include "diffattn/kernels/dint_attention.hpp"
+#include "diffattn/kernels/dint_schedule.hpp"
 
 #include <set>
 #include <sstream>
