@@ -338,3 +338,59 @@ TEMPLATE_TEST_CASE("reference: row sums of the combined maps", "[reference][kern
         }
     }
 }
+
+TEMPLATE_TEST_CASE("reference: a head that is a middleCols block gives the result of its copy", "[reference][kernels]",
+                   float, double) {
+    // Heads are column blocks of wider row-major matrices (outer stride > cols), as the fast kernels
+    // take them; the reference binds such a block as ConstMatrixRef<T>, with T deduced from it.
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    const Index seq_len_q = 6, seq_len_kv = 9, head_dim = 5, value_dim = 7, heads = 3, h = 1;
+    const RowMatrix<T> q1_wide = diffattn::test::random_matrix<T>(rng, seq_len_kv, heads * head_dim);
+    const RowMatrix<T> k1_wide = diffattn::test::random_matrix<T>(rng, seq_len_kv, heads * head_dim);
+    const RowMatrix<T> q2_wide = diffattn::test::random_matrix<T>(rng, seq_len_kv, heads * head_dim);
+    const RowMatrix<T> k2_wide = diffattn::test::random_matrix<T>(rng, seq_len_kv, heads * head_dim);
+    const RowMatrix<T> v_wide = diffattn::test::random_matrix<T>(rng, seq_len_kv, heads * value_dim);
+    const auto q1 = q1_wide.bottomRows(seq_len_q).middleCols(h * head_dim, head_dim);  // [N x d] blocks
+    const auto q2 = q2_wide.bottomRows(seq_len_q).middleCols(h * head_dim, head_dim);
+    const auto k1 = k1_wide.middleCols(h * head_dim, head_dim);  // [S x d]
+    const auto k2 = k2_wide.middleCols(h * head_dim, head_dim);
+    const auto v = v_wide.middleCols(h * value_dim, value_dim);  // [S x dv]
+    const RowMatrix<T> q1_copy = q1, q2_copy = q2, k1_copy = k1, k2_copy = k2, v_copy = v;
+    const T lambda = T(0.375);
+    const AttentionOptions o = with_mask(MaskKind::causal);
+    const auto check_maps = [](const reference::AttentionMaps<T>& block, const reference::AttentionMaps<T>& copy) {
+        CHECK(max_abs_diff(block.a1, copy.a1) <= tight<T>());
+        CHECK(max_abs_diff(block.a2, copy.a2) <= tight<T>());
+        CHECK(max_abs_diff(block.integral, copy.integral) <= tight<T>());
+        CHECK(max_abs_diff(block.combined, copy.combined) <= tight<T>());
+        CHECK(max_abs_diff(block.out, copy.out) <= tight<T>());
+    };
+
+    SECTION("softmax") {
+        check_maps(reference::softmax_attention_maps(q1, k1, v, o),
+                   reference::softmax_attention_maps(q1_copy, k1_copy, v_copy, o));
+        CHECK(max_abs_diff(reference::softmax_attention<T>(q1, k1, v, o),
+                           reference::softmax_attention(q1_copy, k1_copy, v_copy, o)) <= tight<T>());
+    }
+    SECTION("DIFF") {
+        check_maps(reference::diff_attention_maps(q1, k1, q2, k2, v, lambda, o),
+                   reference::diff_attention_maps(q1_copy, k1_copy, q2_copy, k2_copy, v_copy, lambda, o));
+    }
+    SECTION("DINT after a history built from a block of A1") {
+        const Index cached = seq_len_kv - seq_len_q;
+        const RowMatrix<T> a1_all =
+            reference::attention_map(q1_wide.middleCols(h * head_dim, head_dim), k1, o);  // [S x S]
+        const RowMatrix<T> a1_earlier = a1_all.topRows(cached);
+        const DintHistory<T> history = reference::dint_history(a1_all.topRows(cached), v);
+        const DintHistory<T> history_copy = reference::dint_history(a1_earlier, v_copy);
+        CHECK(max_abs_diff(history.a1_column_sum, history_copy.a1_column_sum) <= tight<T>());
+        CHECK(max_abs_diff(history.o1_row_sum, history_copy.o1_row_sum) <= tight<T>());
+        for (DintIntegral integral : {DintIntegral::causal_softmax, DintIntegral::causal_mean}) {
+            INFO(diffattn::test::integral_name(integral));
+            check_maps(reference::dint_attention_maps(q1, k1, q2, k2, v, lambda, integral, o, &history),
+                       reference::dint_attention_maps(q1_copy, k1_copy, q2_copy, k2_copy, v_copy, lambda, integral,
+                                                      o, &history_copy));
+        }
+    }
+}

@@ -12,7 +12,7 @@
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
-#include "diffattn/core/workspace.hpp"
+#include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/kernels/mask.hpp"
 #include "diffattn/kernels/online_softmax.hpp"
 #include "diffattn/kernels/options.hpp"
@@ -29,8 +29,7 @@ namespace diffattn::detail {
 
 /// Query groups of fewer rows multiply their tiles unpacked, with ordinary Eigen products: packing
 /// a key / value tile costs about as much as multiplying it by a few query rows, and Eigen multiplies
-/// a single row (a one-token decode step) as a matrix-vector product, without packing. Packed
-/// products made such steps ~20% slower.
+/// a single row (a one-token decode step) as a matrix-vector product, without packing.
 inline constexpr Index kMinPackedRows = 8;
 
 /// Logits policy of ordinary attention: tile = s Q[q rows] K[k rows]^T.
@@ -74,7 +73,7 @@ private:
 };
 
 /// Whether every entry of `m` is finite: inf - inf and NaN - NaN are NaN, and a sum with a NaN
-/// is NaN. One vectorised pass (Eigen's allFinite() is a scalar loop, ~3% of the kernel here).
+/// is NaN. One vectorised pass (Eigen's allFinite() is a scalar loop).
 template <typename Matrix>
 bool all_finite(const Matrix& m) {
     return !std::isnan((m.array() - m.array()).sum());

@@ -63,8 +63,8 @@ public:
         constexpr Index chunk_rows = 16;  // rows whose rescale factors share one vector exp
         constexpr T minus_inf = -std::numeric_limits<T>::infinity();
         const Index k = logits.cols();
-        // Whole packets only, so no scalar tail (a scalar exp per odd key was ~5% of the kernel):
-        // hidden and padding lanes hold -inf for the max, and are zeroed after the exp.
+        // Whole packets only, so no scalar exp for a tail of odd keys: hidden and padding lanes
+        // hold -inf for the max, and are zeroed after the exp.
         const Index width = (k + lanes - 1) / lanes * lanes;
         assert(row_begin + logits.rows() <= rows_ && logits.outerStride() >= width);
         const auto keys_seen = [&](Index r) { return masked ? visible(r) : k; };
@@ -83,8 +83,8 @@ public:
                 for (Index j = 0; j < width; j += lanes) packet_max = ei::pmax(packet_max, ei::ploadu<Packet>(row + j));
                 new_max_[i] = std::max(row_max_[i], ei::predux_max(packet_max));
             }
-            // exp(m_old - m_new) of the chunk's rows in one vector exp (a scalar exp per row and tile
-            // was ~3% of the kernel at d 64); exp(-inf) = 0 on the first tile.
+            // exp(m_old - m_new) of the chunk's rows in one vector exp rather than a scalar exp per
+            // row and tile; exp(-inf) = 0 on the first tile.
             rescale_.segment(i0, chunk) = (row_max_.segment(i0, chunk) - new_max_.segment(i0, chunk)).array().exp();
             // Pass 2, per row while it is in L1: exp and its sum in one loop. NaN logits propagate
             // into their own row only.

@@ -14,7 +14,10 @@
 // output row, even rows whose weight on that key is an exact 0 (0 * NaN = NaN); the fast kernels
 // keep such rows finite. Use the reference as an oracle for finite inputs.
 // Arguments are checked like the fast entry points (ShapeError / OptionError naming the function
-// and the shapes), with the function named "reference::<kernel>".
+// and the shapes), with the function named "reference::<kernel>". Matrices come in as
+// ConstMatrixRef<T> like the fast kernels', so a head that is a middleCols block binds without a
+// copy; T follows the matrices (reference::softmax_attention(q, k, v)) or is given
+// (reference::softmax_attention<double>(...)).
 #pragma once
 
 #include "diffattn/core/checks.hpp"
@@ -73,7 +76,7 @@ inline bool row_has_allowed_key(MaskKind mask, Index query, Index seq_len_q, Ind
 /// SPEC 1: the masked scores. `scores` is [N x S] (N = rows, S = cols); every entry the mask
 /// forbids becomes a true -infinity, every other entry is copied unchanged.
 template <typename T>
-RowMatrix<T> mask_logits(const RowMatrix<T>& scores, const AttentionOptions& options) {
+RowMatrix<T> mask_logits(const ConstMatrixRef<T>& scores, const AttentionOptions& options) {
     const Index seq_len_q = scores.rows();
     const Index seq_len_kv = scores.cols();
     const Index valid_len = valid_len_of(options, seq_len_kv);
@@ -94,7 +97,7 @@ RowMatrix<T> mask_logits(const RowMatrix<T>& scores, const AttentionOptions& opt
 /// Entries equal to -infinity get probability 0; a row whose entries are all -infinity (no allowed
 /// key) is all zero, never NaN (SPEC 1). A NaN logit makes its whole row NaN.
 template <typename T>
-RowMatrix<T> masked_softmax(const RowMatrix<T>& masked_logits) {
+RowMatrix<T> masked_softmax(const ConstMatrixRef<T>& masked_logits) {
     const T minus_inf = -std::numeric_limits<T>::infinity();
     RowMatrix<T> probabilities = RowMatrix<T>::Zero(masked_logits.rows(), masked_logits.cols());
     for (Index n = 0; n < masked_logits.rows(); ++n) {
@@ -142,18 +145,18 @@ T scale_of(const AttentionOptions& options, Index head_dim) {
 
 /// The masked logits s * Q K^T + M: [N x S] with -infinity where the mask forbids (SPEC 1, 2.1).
 template <typename T>
-RowMatrix<T> masked_logits(const RowMatrix<T>& q /*[N x d]*/, const RowMatrix<T>& k /*[S x d]*/,
+RowMatrix<T> masked_logits(const ConstMatrixRef<T>& q /*[N x d]*/, const ConstMatrixRef<T>& k /*[S x d]*/,
                            const AttentionOptions& options) {
     const T s = scale_of<T>(options, q.cols());
     RowMatrix<T> scores = s * (q * k.transpose());  // [N x S]
-    return mask_logits(scores, options);
+    return mask_logits<T>(scores, options);
 }
 
 /// One softmax attention map A = softmax(s Q K^T + M): [N x S] (SPEC 2.1).
 template <typename T>
-RowMatrix<T> attention_map(const RowMatrix<T>& q /*[N x d]*/, const RowMatrix<T>& k /*[S x d]*/,
+RowMatrix<T> attention_map(const ConstMatrixRef<T>& q /*[N x d]*/, const ConstMatrixRef<T>& k /*[S x d]*/,
                            const AttentionOptions& options) {
-    return masked_softmax(masked_logits(q, k, options));
+    return masked_softmax<T>(masked_logits<T>(q, k, options));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -165,8 +168,8 @@ using diffattn::detail::named;
 
 /// Q [N x d], K [S x d], V [S x dv]: head dims agree, K and V have S rows, S >= N.
 template <typename T>
-void check_qkv(const char* function, const char* q_name, const RowMatrix<T>& q, const char* k_name,
-               const RowMatrix<T>& k, const RowMatrix<T>& v) {
+void check_qkv(const char* function, const char* q_name, const ConstMatrixRef<T>& q, const char* k_name,
+               const ConstMatrixRef<T>& k, const ConstMatrixRef<T>& v) {
     diffattn::detail::require_same_cols(function, named(k_name, k), named(q_name, q));
     diffattn::detail::require_same_rows(function, named("V", v), named(k_name, k));
     require<ShapeError>(k.rows() >= q.rows(), function, ": ", k_name, " is ", k.rows(), "x", k.cols(), " but ", q_name,
@@ -175,8 +178,8 @@ void check_qkv(const char* function, const char* q_name, const RowMatrix<T>& q, 
 
 /// valid_len in [0, S]; scale finite and > 0; a default scale 1/sqrt(d) needs d > 0.
 template <typename T>
-void check_options(const char* function, const AttentionOptions& options, const char* q_name, const RowMatrix<T>& q,
-                   Index seq_len_kv) {
+void check_options(const char* function, const AttentionOptions& options, const char* q_name,
+                   const ConstMatrixRef<T>& q, Index seq_len_kv) {
     if (options.valid_len) {
         require<OptionError>(*options.valid_len >= 0 && *options.valid_len <= seq_len_kv, function, ": valid_len is ",
                              *options.valid_len, " but must be in [0, ", seq_len_kv, "] (S = ", seq_len_kv, " keys)");
@@ -195,8 +198,9 @@ void check_options(const char* function, const AttentionOptions& options, const 
 
 /// The DIFF/DINT inputs: Q1, Q2 [N x d]; K1, K2 [S x d]; V [S x dv]; lambda finite.
 template <typename T>
-void check_diff(const char* function, const RowMatrix<T>& q1, const RowMatrix<T>& k1, const RowMatrix<T>& q2,
-                const RowMatrix<T>& k2, const RowMatrix<T>& v, T lambda, const AttentionOptions& options) {
+void check_diff(const char* function, const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1,
+                const ConstMatrixRef<T>& q2, const ConstMatrixRef<T>& k2, const ConstMatrixRef<T>& v, T lambda,
+                const AttentionOptions& options) {
     diffattn::detail::require_same_shape(function, named("Q2", q2), named("Q1", q1));
     diffattn::detail::require_same_shape(function, named("K2", k2), named("K1", k1));
     check_qkv(function, "Q1", q1, "K1", k1, v);
@@ -212,14 +216,15 @@ void check_diff(const char* function, const RowMatrix<T>& q1, const RowMatrix<T>
 
 /// A = softmax(s Q K^T + M), O = A V. Returns a1 = combined = A and out = O.
 template <typename T>
-AttentionMaps<T> softmax_attention_maps(const RowMatrix<T>& q /*[N x d]*/, const RowMatrix<T>& k /*[S x d]*/,
-                                        const RowMatrix<T>& v /*[S x dv]*/, const AttentionOptions& options = {}) {
+AttentionMaps<T> softmax_attention_maps(const ConstMatrixRef<T>& q /*[N x d]*/, const ConstMatrixRef<T>& k /*[S x d]*/,
+                                        const ConstMatrixRef<T>& v /*[S x dv]*/,
+                                        const AttentionOptions& options = {}) {
     constexpr const char* function = "reference::softmax_attention";
-    detail::check_qkv(function, "Q", q, "K", k, v);
-    detail::check_options(function, options, "Q", q, k.rows());
+    detail::check_qkv<T>(function, "Q", q, "K", k, v);
+    detail::check_options<T>(function, options, "Q", q, k.rows());
 
     AttentionMaps<T> maps;
-    maps.a1 = attention_map(q, k, options);  // A = softmax(s Q K^T + M)      [N x S]
+    maps.a1 = attention_map<T>(q, k, options);  // A = softmax(s Q K^T + M)      [N x S]
     maps.combined = maps.a1;                 //                               [N x S]
     maps.out = maps.combined * v;            // O = A V                       [N x dv]
     return maps;
@@ -227,9 +232,9 @@ AttentionMaps<T> softmax_attention_maps(const RowMatrix<T>& q /*[N x d]*/, const
 
 /// SPEC 2.1: O = softmax(s Q K^T + M) V  [N x dv].
 template <typename T>
-RowMatrix<T> softmax_attention(const RowMatrix<T>& q, const RowMatrix<T>& k, const RowMatrix<T>& v,
+RowMatrix<T> softmax_attention(const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k, const ConstMatrixRef<T>& v,
                                const AttentionOptions& options = {}) {
-    return softmax_attention_maps(q, k, v, options).out;
+    return softmax_attention_maps<T>(q, k, v, options).out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -238,15 +243,15 @@ RowMatrix<T> softmax_attention(const RowMatrix<T>& q, const RowMatrix<T>& k, con
 
 /// A1 = softmax(s Q1 K1^T + M), A2 = softmax(s Q2 K2^T + M), O = (A1 - lambda A2) V.
 template <typename T>
-AttentionMaps<T> diff_attention_maps(const RowMatrix<T>& q1 /*[N x d]*/, const RowMatrix<T>& k1 /*[S x d]*/,
-                                     const RowMatrix<T>& q2 /*[N x d]*/, const RowMatrix<T>& k2 /*[S x d]*/,
-                                     const RowMatrix<T>& v /*[S x dv]*/, NonDeducedT<T> lambda,
+AttentionMaps<T> diff_attention_maps(const ConstMatrixRef<T>& q1 /*[N x d]*/, const ConstMatrixRef<T>& k1 /*[S x d]*/,
+                                     const ConstMatrixRef<T>& q2 /*[N x d]*/, const ConstMatrixRef<T>& k2 /*[S x d]*/,
+                                     const ConstMatrixRef<T>& v /*[S x dv]*/, NonDeducedT<T> lambda,
                                      const AttentionOptions& options = {}) {
-    detail::check_diff("reference::diff_attention", q1, k1, q2, k2, v, lambda, options);
+    detail::check_diff<T>("reference::diff_attention", q1, k1, q2, k2, v, lambda, options);
 
     AttentionMaps<T> maps;
-    maps.a1 = attention_map(q1, k1, options);    // A1 = softmax(s Q1 K1^T + M)   [N x S]
-    maps.a2 = attention_map(q2, k2, options);    // A2 = softmax(s Q2 K2^T + M)   [N x S]
+    maps.a1 = attention_map<T>(q1, k1, options);  // A1 = softmax(s Q1 K1^T + M)   [N x S]
+    maps.a2 = attention_map<T>(q2, k2, options);  // A2 = softmax(s Q2 K2^T + M)   [N x S]
     maps.combined = maps.a1 - lambda * maps.a2;  // A1 - lambda A2                [N x S]
     maps.out = maps.combined * v;                // O = (A1 - lambda A2) V        [N x dv]
     return maps;
@@ -254,10 +259,10 @@ AttentionMaps<T> diff_attention_maps(const RowMatrix<T>& q1 /*[N x d]*/, const R
 
 /// SPEC 2.2: O = (A1 - lambda A2) V  [N x dv].
 template <typename T>
-RowMatrix<T> diff_attention(const RowMatrix<T>& q1, const RowMatrix<T>& k1, const RowMatrix<T>& q2,
-                            const RowMatrix<T>& k2, const RowMatrix<T>& v, NonDeducedT<T> lambda,
+RowMatrix<T> diff_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, const ConstMatrixRef<T>& q2,
+                            const ConstMatrixRef<T>& k2, const ConstMatrixRef<T>& v, NonDeducedT<T> lambda,
                             const AttentionOptions& options = {}) {
-    return diff_attention_maps(q1, k1, q2, k2, v, lambda, options).out;
+    return diff_attention_maps<T>(q1, k1, q2, k2, v, lambda, options).out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -269,7 +274,7 @@ RowMatrix<T> diff_attention(const RowMatrix<T>& q1, const RowMatrix<T>& k1, cons
 /// rows attended to). rows = a1.rows(), a1_column_sum = column sums of A1 [keys],
 /// o1_row_sum = sum of the rows of O1 = A1 V [dv]. Pad a1_column_sum with zeros for later keys.
 template <typename T>
-DintHistory<T> dint_history(const RowMatrix<T>& a1 /*[rows x keys]*/, const RowMatrix<T>& v /*[keys x dv]*/) {
+DintHistory<T> dint_history(const ConstMatrixRef<T>& a1 /*[rows x keys]*/, const ConstMatrixRef<T>& v /*[keys x dv]*/) {
     require<ShapeError>(v.rows() == a1.cols(), "reference::dint_history: V is ", v.rows(), "x", v.cols(), " but A1 is ",
                         a1.rows(), "x", a1.cols(), " (V needs one row per key of A1)");
     DintHistory<T> history;
@@ -297,13 +302,13 @@ DintHistory<T> dint_history(const RowMatrix<T>& a1 /*[rows x keys]*/, const RowM
 /// modes it reads a1_column_sum (not o1_row_sum); build histories with dint_history().
 /// A query row with no allowed key gets an all-zero combined row and output (SPEC 1), in every mode.
 template <typename T>
-AttentionMaps<T> dint_attention_maps(const RowMatrix<T>& q1 /*[N x d]*/, const RowMatrix<T>& k1 /*[S x d]*/,
-                                     const RowMatrix<T>& q2 /*[N x d]*/, const RowMatrix<T>& k2 /*[S x d]*/,
-                                     const RowMatrix<T>& v /*[S x dv]*/, NonDeducedT<T> lambda,
+AttentionMaps<T> dint_attention_maps(const ConstMatrixRef<T>& q1 /*[N x d]*/, const ConstMatrixRef<T>& k1 /*[S x d]*/,
+                                     const ConstMatrixRef<T>& q2 /*[N x d]*/, const ConstMatrixRef<T>& k2 /*[S x d]*/,
+                                     const ConstMatrixRef<T>& v /*[S x dv]*/, NonDeducedT<T> lambda,
                                      DintIntegral integral_mode, const AttentionOptions& options = {},
                                      const DintHistory<T>* history = nullptr) {
     constexpr const char* function = "reference::dint_attention";
-    detail::check_diff(function, q1, k1, q2, k2, v, lambda, options);
+    detail::check_diff<T>(function, q1, k1, q2, k2, v, lambda, options);
     const Index seq_len_q = q1.rows();            // N
     const Index seq_len_kv = k1.rows();           // S
     const Index cached = seq_len_kv - seq_len_q;  // S - N
@@ -336,8 +341,8 @@ AttentionMaps<T> dint_attention_maps(const RowMatrix<T>& q1 /*[N x d]*/, const R
     }
 
     AttentionMaps<T> maps;
-    maps.a1 = attention_map(q1, k1, options);  // A1 = softmax(s Q1 K1^T + M)   [N x S]
-    maps.a2 = attention_map(q2, k2, options);  // A2 = softmax(s Q2 K2^T + M)   [N x S]
+    maps.a1 = attention_map<T>(q1, k1, options);  // A1 = softmax(s Q1 K1^T + M)   [N x S]
+    maps.a2 = attention_map<T>(q2, k2, options);  // A2 = softmax(s Q2 K2^T + M)   [N x S]
 
     if (causal_mode) {
         // H: column sums of A1 over the earlier rows, zero-padded to S keys.   [1 x S]
@@ -354,7 +359,7 @@ AttentionMaps<T> dint_attention_maps(const RowMatrix<T>& q1 /*[N x d]*/, const R
             g.row(n) = running_sum / static_cast<T>(history_rows + n + 1);
         }
         if (integral_mode == DintIntegral::causal_softmax) {
-            maps.integral = masked_softmax(mask_logits(g, options));  // softmax_M(G): same mask M as A1
+            maps.integral = masked_softmax<T>(mask_logits<T>(g, options));  // softmax_M(G): same mask M as A1
         } else {
             maps.integral = g;  // causal_mean: G
         }
@@ -380,11 +385,74 @@ AttentionMaps<T> dint_attention_maps(const RowMatrix<T>& q1 /*[N x d]*/, const R
 
 /// SPEC 2.3: O = (A1 - lambda A2 + lambda integral) V  [N x dv].
 template <typename T>
-RowMatrix<T> dint_attention(const RowMatrix<T>& q1, const RowMatrix<T>& k1, const RowMatrix<T>& q2,
-                            const RowMatrix<T>& k2, const RowMatrix<T>& v, NonDeducedT<T> lambda,
+RowMatrix<T> dint_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, const ConstMatrixRef<T>& q2,
+                            const ConstMatrixRef<T>& k2, const ConstMatrixRef<T>& v, NonDeducedT<T> lambda,
                             DintIntegral integral_mode, const AttentionOptions& options = {},
                             const DintHistory<T>* history = nullptr) {
-    return dint_attention_maps(q1, k1, q2, k2, v, lambda, integral_mode, options, history).out;
+    return dint_attention_maps<T>(q1, k1, q2, k2, v, lambda, integral_mode, options, history).out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// T from the matrices: reference::softmax_attention(q, k, v) with RowMatrix, Map or block arguments
+// (a ConstMatrixRef<T> parameter alone would not deduce T from them). Each calls the function of the
+// same name above with T = the scalar of its first matrix.
+// ---------------------------------------------------------------------------------------------
+
+/// The scalar of an Eigen matrix type; no type for a scalar type, so an explicit
+/// reference::f<T>(...) never picks the overloads below.
+template <typename Matrix>
+using ScalarOf = typename Matrix::Scalar;
+
+template <typename Scores, typename T = ScalarOf<Scores>>
+RowMatrix<T> mask_logits(const Scores& scores, const AttentionOptions& options) {
+    return mask_logits<T>(scores, options);
+}
+template <typename Logits, typename T = ScalarOf<Logits>>
+RowMatrix<T> masked_softmax(const Logits& masked_logits) {
+    return masked_softmax<T>(masked_logits);
+}
+template <typename Q, typename K, typename T = ScalarOf<Q>>
+RowMatrix<T> masked_logits(const Q& q, const K& k, const AttentionOptions& options) {
+    return masked_logits<T>(q, k, options);
+}
+template <typename Q, typename K, typename T = ScalarOf<Q>>
+RowMatrix<T> attention_map(const Q& q, const K& k, const AttentionOptions& options) {
+    return attention_map<T>(q, k, options);
+}
+template <typename Q, typename K, typename V, typename T = ScalarOf<Q>>
+AttentionMaps<T> softmax_attention_maps(const Q& q, const K& k, const V& v, const AttentionOptions& options = {}) {
+    return softmax_attention_maps<T>(q, k, v, options);
+}
+template <typename Q, typename K, typename V, typename T = ScalarOf<Q>>
+RowMatrix<T> softmax_attention(const Q& q, const K& k, const V& v, const AttentionOptions& options = {}) {
+    return softmax_attention<T>(q, k, v, options);
+}
+template <typename Q1, typename K1, typename Q2, typename K2, typename V, typename T = ScalarOf<Q1>>
+AttentionMaps<T> diff_attention_maps(const Q1& q1, const K1& k1, const Q2& q2, const K2& k2, const V& v,
+                                     NonDeducedT<T> lambda, const AttentionOptions& options = {}) {
+    return diff_attention_maps<T>(q1, k1, q2, k2, v, lambda, options);
+}
+template <typename Q1, typename K1, typename Q2, typename K2, typename V, typename T = ScalarOf<Q1>>
+RowMatrix<T> diff_attention(const Q1& q1, const K1& k1, const Q2& q2, const K2& k2, const V& v, NonDeducedT<T> lambda,
+                            const AttentionOptions& options = {}) {
+    return diff_attention<T>(q1, k1, q2, k2, v, lambda, options);
+}
+template <typename A1, typename V, typename T = ScalarOf<A1>>
+DintHistory<T> dint_history(const A1& a1, const V& v) {
+    return dint_history<T>(a1, v);
+}
+template <typename Q1, typename K1, typename Q2, typename K2, typename V, typename T = ScalarOf<Q1>>
+AttentionMaps<T> dint_attention_maps(const Q1& q1, const K1& k1, const Q2& q2, const K2& k2, const V& v,
+                                     NonDeducedT<T> lambda, DintIntegral integral_mode,
+                                     const AttentionOptions& options = {},
+                                     const DintHistory<NonDeducedT<T>>* history = nullptr) {
+    return dint_attention_maps<T>(q1, k1, q2, k2, v, lambda, integral_mode, options, history);
+}
+template <typename Q1, typename K1, typename Q2, typename K2, typename V, typename T = ScalarOf<Q1>>
+RowMatrix<T> dint_attention(const Q1& q1, const K1& k1, const Q2& q2, const K2& k2, const V& v, NonDeducedT<T> lambda,
+                            DintIntegral integral_mode, const AttentionOptions& options = {},
+                            const DintHistory<NonDeducedT<T>>* history = nullptr) {
+    return dint_attention<T>(q1, k1, q2, k2, v, lambda, integral_mode, options, history);
 }
 
 }  // namespace diffattn::reference
