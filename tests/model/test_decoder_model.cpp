@@ -111,6 +111,15 @@ TEST_CASE("forward checks tokens, lengths and the state", "[model][errors]") {
     CHECK((model.forward({1, 2, 3, 4}, state) - four).cwiseAbs().maxCoeff() == 0.0f);
 }
 
+TEST_CASE("a state of a model with another rope_theta is refused", "[model][errors]") {
+    ModelConfig c = small_config(AttentionKind::diff);
+    const DecoderModel<float> model = DecoderModel<float>::seeded(c, 1);
+    c.rope_theta = 500000.0;  // the same buffer widths, but the state's rotary table holds other angles
+    ForwardState<float> other = DecoderModel<float>(c).make_state(8);
+    CHECK_THROWS_WITH(model.forward({1, 2, 3}, other),
+                      Catch::Contains("the ForwardState was made for another configuration"));
+}
+
 TEST_CASE("a causal model with dint global_mean is a ConfigError; an encoder is fine", "[model][errors]") {
     ModelConfig c = small_config(AttentionKind::dint);
     c.dint_integral = DintIntegral::global_mean;

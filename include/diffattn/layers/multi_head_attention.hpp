@@ -213,7 +213,8 @@ private:
         require<ShapeError>(scratch.q.cols() == config_.q_width() && scratch.k.cols() == config_.k_width() &&
                                 scratch.v.cols() == config_.v_width() &&
                                 scratch.heads.cols() == config_.out_width() &&
-                                scratch.rotary.head_dim() == config_.head_dim(),
+                                scratch.rotary.head_dim() == config_.head_dim() &&
+                                scratch.rotary.theta() == config_.rope_theta,
                             function, ": the scratch was built for another attention geometry");
         require<ShapeError>(config_.kind != AttentionKind::diff_v2 || scratch.second.rows() >= x.rows(), function,
                             ": the scratch has no diff_v2 buffers");

@@ -223,6 +223,7 @@ private:
                                 scratch.v.cols() == attention.v_width() &&
                                 scratch.heads.cols() == attention.out_width() &&
                                 scratch.rotary.head_dim() == attention.head_dim() &&
+                                scratch.rotary.theta() == attention.rope_theta &&
                                 (attention.kind != AttentionKind::diff_v2 || scratch.second.rows() >= state.max_len()) &&
                                 (attention.kind != AttentionKind::shared_diff || scratch.shared_xa.rows() >= state.max_len()),
                             function, ": the ForwardState was made for another configuration (use this model's "
