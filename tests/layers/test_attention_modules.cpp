@@ -386,7 +386,8 @@ TEST_CASE("forward checks its arguments", "[layers][attention][errors]") {
     AttentionConfig other_theta = config;
     other_theta.rope_theta = 500000.0;
     AttentionScratch<double> theta_scratch(other_theta, 8);
-    CHECK_THROWS_WITH(module.forward(x, y, theta_scratch), Catch::Contains("the scratch was built for another attention"));
+    CHECK_THROWS_WITH(module.forward(x, y, theta_scratch),
+                      Catch::Contains("the scratch was built for another attention"));
     // Zero tokens is a no-op.
     RowMatrix<double> empty(0, 32), empty_out(0, 32);
     CHECK_NOTHROW(module.forward(empty, empty_out, scratch));

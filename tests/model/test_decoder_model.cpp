@@ -68,7 +68,7 @@ TEMPLATE_TEST_CASE("logits are identical for 1 and 2 threads", "[model][threads]
         const DecoderModel<T> model = DecoderModel<T>::seeded(small_config(kind), 5);
         const std::vector<Token> tokens = tokens_of(70, 64, 1);
         ForwardState<T> one = model.make_state(70, 1), two = model.make_state(70, 2);
-        two.context.min_parallel_flops = 0;  // 2 threads even for this small model
+        two.set_min_parallel_flops(0);  // 2 threads even for this small model
         const RowMatrix<T> a = model.forward(tokens, one);
         const RowMatrix<T> b = model.forward(tokens, two);
         CHECK((a - b).cwiseAbs().maxCoeff() == T(0));

@@ -53,7 +53,7 @@ inline int threads_for_work(int requested, double flops, double min_flops_per_th
 namespace diffattn {
 
 /// How the calls of one caller may use threads. The caller's run state owns one
-/// (ForwardState::context) and every parallel call takes it by const reference: linear(),
+/// (ForwardState::context()) and every parallel call takes it by const reference: linear(),
 /// SharedDiffFactors::project, the heads of MultiHeadAttention. It changes only how many threads
 /// run, never a result.
 struct ExecutionContext {

@@ -18,7 +18,7 @@
 namespace diffattn {
 
 /// Throws OptionError, naming `function`, unless modules of `config` can be decoded incrementally
-/// with a KV cache (SPEC 6): an earlier token must never see a later one, which rules out DINT
+/// with a KV cache (docs/math.md §6): an earlier token must never see a later one, which rules out DINT
 /// global_mean (its integral averages A1 over all rows) and every encoder ("causal": false).
 /// Checked where a cache meets a configuration: KvCache's constructor, DecoderModel::forward and
 /// MultiHeadAttention::forward.

@@ -164,12 +164,12 @@ public:
         auto normed = state.normed.topRows(n);  // [N x D]
         for (Index i = 0; i < n; ++i) x.row(i) = embed_tokens.row(tokens[static_cast<std::size_t>(i)]);
         if (cache == nullptr) {
-            for (const DecoderLayer<T>& layer : layers) layer.forward(x, state.layer, state.context);
+            for (const DecoderLayer<T>& layer : layers) layer.forward(x, state.layer, state.context());
         } else {
             try {
                 for (std::size_t i = 0; i < layers.size(); ++i) {
                     KvCacheView<T> view = cache->view(static_cast<Index>(i));  // [cached + N rows] of layer i
-                    layers[i].forward(x, state.layer, state.context, &view);
+                    layers[i].forward(x, state.layer, state.context(), &view);
                 }
             } catch (...) {
                 cache->reset();
@@ -178,7 +178,7 @@ public:
             cache->advance(n);
         }
         norm(x, normed);
-        linear<T>(normed, config_.tie_word_embeddings ? embed_tokens : lm_head, logits, state.context);
+        linear<T>(normed, config_.tie_word_embeddings ? embed_tokens : lm_head, logits, state.context());
     }
 
     /// As above, into state.logits; returns a view of its first N rows [N x V] (valid until the

@@ -19,9 +19,6 @@ struct ForwardState {
     RowMatrix<T> normed;  ///< [max_len x D]  RMSNorm(X_L), the lm_head input
     RowMatrix<T> logits;  ///< [max_len x V]  logits of the convenience forward()
     LayerScratch<T> layer;///< per-layer buffers (attention, SwiGLU), shared by all layers
-    /// Threads of every parallel call of a forward (heads, products): up to `threads`, fewer for
-    /// calls below min_parallel_flops per thread (0: always all; results never depend on it).
-    ExecutionContext context;
 
     ForwardState() = default;
 
@@ -32,12 +29,18 @@ struct ForwardState {
           normed(max_len, config.hidden_size),
           logits(max_len, config.vocab_size),
           layer(config, max_len, threads),
-          context{detail::available_threads(threads)},
+          context_{detail::available_threads(threads)},
           config_(config) {}
 
     Index max_len() const { return x.rows(); }
     /// The configuration the buffers were made for.
     const ModelConfig& config() const { return config_; }
+    /// How every parallel call of a forward (heads, products) uses threads: up to the `threads` the
+    /// state was made for (its kernel workspaces), fewer for calls below min_parallel_flops per
+    /// thread. Results never depend on it.
+    const ExecutionContext& context() const { return context_; }
+    /// Work (flops) per thread below which a call runs on fewer threads, down to one (0: always all).
+    void set_min_parallel_flops(double flops) { context_.min_parallel_flops = flops; }
 
     /// True when the buffers serve a forward of a model of `model`: the same widths (hidden,
     /// SwiGLU, vocabulary) and an attention scratch that fits its modules, factored or merged
@@ -53,7 +56,8 @@ private:
         return max_len;
     }
 
-    ModelConfig config_;  // what the buffers were sized for
+    ExecutionContext context_;  // threads fixed at construction: one kernel workspace each
+    ModelConfig config_;        // what the buffers were sized for
 };
 
 }  // namespace diffattn

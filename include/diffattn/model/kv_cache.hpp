@@ -131,9 +131,10 @@ public:
     /// never grows). Const: a refused call leaves the cache as it was.
     void check_serves(const char* function, const ModelConfig& config, Index n) const {
         require_kv_cache_support(function, config.attention_config());
-        require<ShapeError>(compatible(config), function, ": the KvCache was made for another configuration (attention ",
-                            to_string(config_.attention), ", ", config_.num_hidden_layers, " layers; this model: ",
-                            to_string(config.attention), ", ", config.num_hidden_layers, " layers)");
+        require<ShapeError>(compatible(config), function,
+                            ": the KvCache was made for another configuration (attention ", to_string(config_.attention),
+                            ", ", config_.num_hidden_layers, " layers; this model: ", to_string(config.attention), ", ",
+                            config.num_hidden_layers, " layers)");
         require<ShapeError>(n <= remaining(), function, ": the KvCache holds ", length_, " of at most ", max_len(),
                             " tokens, so ", n, " more (", length_ + n,
                             ") would pass its max_len; it does not grow: make it with a larger max_len, or reset() "
