@@ -73,7 +73,7 @@ Shape shape_of(const Matrix& m) {
 /// Throws `ErrorType` with the concatenated message if `condition` is false. The parts are formatted
 /// only then: pass numbers, names and Shape values, not strings built in advance, so that a check
 /// that passes formats nothing. Kernels check their arguments on every call, decode steps included,
-/// and a string stream per argument made check_differential take ~19 us: most of a one-token call.
+/// and a string stream per argument made check_differential cost most of a one-token call.
 template <typename ErrorType = Error, typename... Parts>
 void require(bool condition, Parts&&... message_parts) {
     if (!condition) throw ErrorType(detail::concat(std::forward<Parts>(message_parts)...));
