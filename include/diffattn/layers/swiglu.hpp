@@ -2,6 +2,7 @@
 #pragma once
 
 #include "diffattn/core/checks.hpp"
+#include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/layers/linear.hpp"
 

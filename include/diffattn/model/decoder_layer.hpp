@@ -4,6 +4,7 @@
 // With "causal": false the same layer is a bidirectional encoder layer (attention mask none).
 #pragma once
 
+#include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/layers/attention_scratch.hpp"
 #include "diffattn/layers/kv_cache_view.hpp"
