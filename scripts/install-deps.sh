@@ -16,6 +16,7 @@ PACKAGES=(
   pkg-config          # the pkg-config consumer test
   libeigen3-dev       # Eigen 3.4
   nlohmann-json3-dev  # io/ headers
+  libpcre2-dev        # the tokenizer's regexes (text/ headers, tests/text)
   catch2              # tests (Catch2 v2)
   libbenchmark-dev    # bench/
   libomp-dev          # OpenMP for clang (g++ brings libgomp itself)

@@ -2,11 +2,13 @@
 // named like the entry, checking exactly what the table promises (the exception type and the key
 // words of its message, or the defined output). Keep the two in step: an entry added to the
 // README gets its TEST_CASE here.
+#include "../error_messages.hpp"
 #include "../model/model_files.hpp"
 
 #include "diffattn/kernels/diff_attention.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
+#include "diffattn/text/tokenizer.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -14,7 +16,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <initializer_list>
 #include <limits>
 #include <string>
 #include <vector>
@@ -26,31 +27,6 @@ using namespace diffattn;
 namespace fs = std::filesystem;
 
 namespace {
-
-/// The message of the E thrown by `action`; fails the test if it throws nothing. Any other
-/// exception type escapes and fails the test too (the sibling error classes do not catch each other).
-template <typename E, typename Action>
-std::string message_of(Action&& action) {
-    try {
-        action();
-    } catch (const E& e) {
-        return e.what();
-    }
-    FAIL("no exception was thrown");
-    return {};
-}
-
-/// Checks that `message` holds every fragment.
-void check_words(const std::string& message, std::initializer_list<const char*> fragments) {
-    INFO("message: " << message);
-    for (const char* fragment : fragments) {
-        INFO("expected fragment: " << fragment);
-        CHECK(message.find(fragment) != std::string::npos);
-    }
-}
-
-#define CHECK_ERROR(ErrorType, expression, ...) \
-    check_words(message_of<ErrorType>([&] { (void)(expression); }), {__VA_ARGS__})
 
 /// The configurations of the catalogue (its error messages quote the vocabulary [0, 32)).
 ModelConfig tiny(AttentionKind kind) { return test::tiny_config(kind, 32); }
@@ -546,4 +522,32 @@ TEST_CASE("causal DINT integral over cached keys without their history", "[catal
     wrong.rows = 3;
     CHECK_ERROR(OptionError, dint_attention(q, k, q, k, v, 0.5f, DintIntegral::causal_softmax, out, {}, &wrong),
                 "history has 3 rows", "need history rows == S - N = 4");
+}
+
+// ---- Tokenizer ----------------------------------------------------------------------------------
+
+TEST_CASE("tokenizer.json outside the supported subset", "[catalogue][tokenizer]") {
+    const fs::path tiny_llama3 = fs::path(DIFFATTN_TEST_DATA_DIR) / "text" / "tiny_llama3" / "tokenizer.json";
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(tiny_llama3));
+    j["model"]["type"] = "WordPiece";
+    CHECK_ERROR(ConfigError, text::Tokenizer::from_json(j, "tokenizer.json \"t.json\""), "tokenizer.json \"t.json\"",
+                "model: key \"type\" must be one of BPE, got \"WordPiece\"");
+    j = nlohmann::json::parse(std::ifstream(tiny_llama3));
+    j["normalizer"] = {{"type", "NFC"}};
+    CHECK_ERROR(ConfigError, text::Tokenizer::from_json(j), "key \"normalizer\" must be null", "\"NFC\"");
+    j = nlohmann::json::parse(std::ifstream(tiny_llama3));
+    j["model"]["merges"][0] = nlohmann::json::array({"Ġ", "no-such-token"});
+    CHECK_ERROR(ConfigError, text::Tokenizer::from_json(j), "model.merges[0]",
+                "right token \"no-such-token\" is not in model.vocab");
+    CHECK_ERROR(FileError, text::Tokenizer::load(fs::path(DIFFATTN_TEST_DATA_DIR) / "text" / "no-such-dir"),
+                "tokenizer.json \"", "no such file");
+}
+
+TEST_CASE("text that is not UTF-8, or a token id that names no token", "[catalogue][tokenizer]") {
+    const text::Tokenizer tokenizer = text::Tokenizer::load(fs::path(DIFFATTN_TEST_DATA_DIR) / "text" / "tiny_llama3");
+    CHECK_ERROR(Error, tokenizer.encode("abc\xFF"), "Tokenizer::encode: the text is not valid UTF-8: byte 0xff at offset 3");
+    CHECK_ERROR(Error, tokenizer.decode({tokenizer.vocab_size()}), "Tokenizer::decode: id ", "names no token");
+    // Invalid UTF-8 *made by* a sequence of ids is not an error: decode replaces it by U+FFFD.
+    const std::int32_t lead = *tokenizer.token_to_id("\xC3\xA2");  // "â": the byte-level character of 0xE2
+    CHECK(tokenizer.decode({lead}) == "\xEF\xBF\xBD");
 }

@@ -8,6 +8,7 @@
 
 #include "small_configs.hpp"
 #include "../kernel_instances.hpp"  // the fast kernels, instantiated once (diffattn_test_support)
+#include "../temp_dir.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -22,27 +23,7 @@ namespace model_test {
 
 using namespace diffattn;
 
-/// A fresh directory under the system temp dir, removed with everything in it on destruction.
-class TempDir {
-public:
-    TempDir() {
-        static std::atomic<int> counter{0};
-        path_ = std::filesystem::temp_directory_path() /
-                ("diffattn_model_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-        std::filesystem::remove_all(path_);
-        std::filesystem::create_directories(path_);
-    }
-    ~TempDir() {
-        std::error_code ignored;
-        std::filesystem::remove_all(path_, ignored);
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-    const std::filesystem::path& path() const { return path_; }
-
-private:
-    std::filesystem::path path_;
-};
+using test_files::TempDir;  // tests/temp_dir.hpp
 
 /// The model's tensors as contiguous float buffers by name (3-D tensors gathered from their slices).
 struct TensorSet {

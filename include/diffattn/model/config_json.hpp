@@ -177,17 +177,21 @@ inline constexpr int max_config_json_depth = 32;
 /// Largest config.json file read_model_config reads, in bytes (real ones are well under 4 KiB).
 inline constexpr std::uintmax_t max_config_json_bytes = 1 << 20;
 
-/// Parses config.json text (see model_config_from_json). A JSON syntax error, or nesting deeper than
-/// max_config_json_depth, is a ConfigError.
-inline ModelConfig model_config_from_json_text(const std::string& text, std::vector<std::string>* warnings = nullptr,
-                                               const std::string& source = "config.json") {
+namespace detail {
+
+/// Parses JSON text, rejecting nesting deeper than `max_depth` while parsing, so that no recursive
+/// walk (dump() in a message, destruction) ever meets a pathological depth. A syntax error or too
+/// deep a nesting is a ConfigError prefixed with `source`; `what` names the content in the depth
+/// message ("a config").
+inline nlohmann::json parse_json_text(const std::string& text, const std::string& source, int max_depth,
+                                      const char* what) {
     nlohmann::json json;
     const auto limit_depth = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
         if ((event == nlohmann::json::parse_event_t::object_start ||
              event == nlohmann::json::parse_event_t::array_start) &&
-            depth >= max_config_json_depth) {
-            throw ConfigError(detail::concat(source, ": not valid JSON for a config: it nests deeper than ",
-                                             max_config_json_depth, " levels"));
+            depth >= max_depth) {
+            throw ConfigError(
+                detail::concat(source, ": not valid JSON for ", what, ": it nests deeper than ", max_depth, " levels"));
         }
         return true;
     };
@@ -196,15 +200,15 @@ inline ModelConfig model_config_from_json_text(const std::string& text, std::vec
     } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
         throw ConfigError(detail::concat(source, ": not valid JSON: ", e.what()));
     }
-    return model_config_from_json(json, warnings, source);
+    return json;
 }
 
-/// Reads and parses a config.json file. FileError naming the file and the reason if it is missing,
-/// not a regular file (a directory, a FIFO, a device), larger than max_config_json_bytes, or
-/// cannot be read; ConfigError for bad content.
-inline ModelConfig read_model_config(const std::filesystem::path& path, std::vector<std::string>* warnings = nullptr) {
+/// Reads a whole file of at most `max_bytes` bytes. FileError prefixed with `source` if it is
+/// missing, not a regular file (a directory, a FIFO, a device), larger than `max_bytes`, or cannot
+/// be read; `what` names the kind of file in the size message ("a config.json").
+inline std::string read_text_file(const std::filesystem::path& path, const std::string& source,
+                                  std::uintmax_t max_bytes, const char* what) {
     namespace fs = std::filesystem;
-    const std::string source = detail::concat("config.json \"", path.string(), "\"");
     std::error_code error;
     const fs::file_status status = fs::status(path, error);
     if (status.type() == fs::file_type::not_found) {
@@ -220,8 +224,8 @@ inline ModelConfig read_model_config(const std::filesystem::path& path, std::vec
                        ": cannot open the file: it is not a regular file (a FIFO, socket or device)");
     const std::uintmax_t size = fs::file_size(path, error);
     require<FileError>(!error, source, ": cannot get the file size: ", error.message());
-    require<FileError>(size <= max_config_json_bytes, source, ": the file is ", size, " bytes, over the ",
-                       max_config_json_bytes, "-byte limit for a config.json");
+    require<FileError>(size <= max_bytes, source, ": the file is ", size, " bytes, over the ", max_bytes,
+                       "-byte limit for ", what);
     errno = 0;
     std::ifstream in(path, std::ios::binary);
     if (!in) {
@@ -236,7 +240,26 @@ inline ModelConfig read_model_config(const std::filesystem::path& path, std::vec
     text.resize(static_cast<std::size_t>(in.gcount()));
     require<FileError>(text.size() == size, source, ": read ", text.size(), " bytes but the file size is ", size,
                        " (the file changed while being read)");
-    return model_config_from_json_text(text, warnings, source);
+    return text;
+}
+
+}  // namespace detail
+
+/// Parses config.json text (see model_config_from_json). A JSON syntax error, or nesting deeper than
+/// max_config_json_depth, is a ConfigError.
+inline ModelConfig model_config_from_json_text(const std::string& text, std::vector<std::string>* warnings = nullptr,
+                                               const std::string& source = "config.json") {
+    return model_config_from_json(detail::parse_json_text(text, source, max_config_json_depth, "a config"), warnings,
+                                  source);
+}
+
+/// Reads and parses a config.json file. FileError naming the file and the reason if it is missing,
+/// not a regular file (a directory, a FIFO, a device), larger than max_config_json_bytes, or
+/// cannot be read; ConfigError for bad content.
+inline ModelConfig read_model_config(const std::filesystem::path& path, std::vector<std::string>* warnings = nullptr) {
+    const std::string source = detail::concat("config.json \"", path.string(), "\"");
+    return model_config_from_json_text(detail::read_text_file(path, source, max_config_json_bytes, "a config.json"),
+                                       warnings, source);
 }
 
 /// read_model_config that writes each warning as one line to `warnings`.

@@ -1,0 +1,112 @@
+// A compiled PCRE2 regular expression (UTF + UCP, JIT-compiled when PCRE2 has a JIT), immutable
+// and safe to share between threads: each match call allocates its own match data.
+//
+// Linking: diffattn is header-only, but this header calls libpcre2-8, so a program that includes
+// it (or diffattn/text/tokenizer.hpp) links PCRE2: `pkg-config --cflags --libs libpcre2-8`, or
+// in CMake the in-tree target diffattn::text (docs/tokenizer.md). The 8-bit functions are called
+// by their explicit _8 names, so PCRE2_CODE_UNIT_WIDTH may be anything in the including program.
+#pragma once
+
+#include "diffattn/core/error.hpp"
+
+#ifndef PCRE2_CODE_UNIT_WIDTH
+#define PCRE2_CODE_UNIT_WIDTH 8
+#endif
+#include <pcre2.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace diffattn::text {
+
+namespace detail {
+
+inline std::string pcre2_error_message(int code) {
+    PCRE2_UCHAR8 buffer[256];
+    const int length = pcre2_get_error_message_8(code, buffer, sizeof buffer);
+    return length < 0 ? "PCRE2 error " + std::to_string(code)
+                      : std::string(reinterpret_cast<const char*>(buffer), static_cast<std::size_t>(length));
+}
+
+struct Pcre2CodeDeleter {
+    void operator()(pcre2_code_8* code) const { pcre2_code_free_8(code); }
+};
+struct Pcre2MatchDataDeleter {
+    void operator()(pcre2_match_data_8* data) const { pcre2_match_data_free_8(data); }
+};
+
+}  // namespace detail
+
+class Pcre2Regex {
+public:
+    /// Compiles `pattern` (PCRE2 syntax, UTF-8). A syntax error is a ConfigError naming `source`,
+    /// the offset and PCRE2's message.
+    Pcre2Regex(std::string_view pattern, const std::string& source) {
+        int error = 0;
+        PCRE2_SIZE offset = 0;
+        pcre2_code_8* code = pcre2_compile_8(reinterpret_cast<PCRE2_SPTR8>(pattern.data()), pattern.size(),
+                                             PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+        if (code == nullptr) {
+            throw ConfigError(diffattn::detail::concat(source, ": the regex does not compile (PCRE2) at offset ", offset, ": ",
+                                             detail::pcre2_error_message(error), "; pattern: ", pattern));
+        }
+        code_.reset(code);
+        // Without a JIT (PCRE2 built without one, or no executable memory) the interpreter runs.
+        jit_ = pcre2_jit_compile_8(code, PCRE2_JIT_COMPLETE) == 0;
+        std::uint32_t min_length = 0;
+        pcre2_pattern_info_8(code, PCRE2_INFO_MINLENGTH, &min_length);
+        can_match_empty_ = min_length == 0;
+    }
+
+    /// True when the pattern may match the empty string (PCRE2's lower bound on a match length).
+    bool can_match_empty() const { return can_match_empty_; }
+    bool jit() const { return jit_; }
+
+    /// Calls on_match(begin, end) for each match in `subject`, left to right, not overlapping, each
+    /// match the one PCRE2 (like Oniguruma, a backtracking engine) prefers at the leftmost position.
+    /// The pattern must not match the empty string (can_match_empty() false: the caller refuses
+    /// such patterns, whose empty matches Oniguruma and PCRE2 step over differently). `subject`
+    /// must be valid UTF-8: the caller checks it once, PCRE2 does not check it again. A matching
+    /// failure (a resource limit) is an Error naming `what`.
+    template <typename OnMatch>
+    void for_each_match(std::string_view subject, const char* what, OnMatch&& on_match) const {
+        const std::unique_ptr<pcre2_match_data_8, detail::Pcre2MatchDataDeleter> data(
+            pcre2_match_data_create_from_pattern_8(code_.get(), nullptr));
+        require<Error>(data != nullptr, what, ": out of memory for PCRE2 match data");
+        const auto* text = reinterpret_cast<PCRE2_SPTR8>(subject.data());
+        PCRE2_SIZE start = 0;
+        while (start < subject.size()) {
+            int rc = pcre2_match_8(code_.get(), text, subject.size(), start, PCRE2_NO_UTF_CHECK, data.get(), nullptr);
+            if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {  // the interpreter keeps its backtracking on the heap
+                rc = pcre2_match_8(code_.get(), text, subject.size(), start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
+                                   data.get(), nullptr);
+            }
+            if (rc == PCRE2_ERROR_NOMATCH) return;
+            require<Error>(rc >= 0, what, ": the regex match failed at byte ", start, " of ", subject.size(), ": ",
+                           detail::pcre2_error_message(rc));
+            const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer_8(data.get());
+            require<Error>(ovector[1] > ovector[0], what, ": the regex matched the empty string at byte ", ovector[0]);
+            on_match(static_cast<std::size_t>(ovector[0]), static_cast<std::size_t>(ovector[1]));
+            start = ovector[1];
+        }
+    }
+
+    /// True when the pattern matches at exactly `pos` of `subject` (anchored there).
+    bool matches_at(std::string_view subject, std::size_t pos) const {
+        const std::unique_ptr<pcre2_match_data_8, detail::Pcre2MatchDataDeleter> data(
+            pcre2_match_data_create_from_pattern_8(code_.get(), nullptr));
+        require<Error>(data != nullptr, "Pcre2Regex::matches_at: out of memory for PCRE2 match data");
+        return pcre2_match_8(code_.get(), reinterpret_cast<PCRE2_SPTR8>(subject.data()), subject.size(), pos,
+                             PCRE2_NO_UTF_CHECK | PCRE2_ANCHORED, data.get(), nullptr) >= 0;
+    }
+
+private:
+    std::unique_ptr<pcre2_code_8, detail::Pcre2CodeDeleter> code_;
+    bool jit_ = false;
+    bool can_match_empty_ = false;
+};
+
+}  // namespace diffattn::text

@@ -1,0 +1,108 @@
+// The pre-tokenizer (pre_tokenizer.hpp) and the Oniguruma -> PCRE2 pattern translation
+// (oniguruma_pattern.hpp). The expected pieces follow from the patterns' Oniguruma semantics,
+// worked out by hand in the comments.
+#include "text_test_support.hpp"
+
+#include "diffattn/text/oniguruma_pattern.hpp"
+#include "diffattn/text/pre_tokenizer.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+using namespace diffattn::text;
+using Pieces = std::vector<std::string>;
+
+namespace {
+
+const char* const kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+Pieces pieces_of(const PreTokenizer& pre, const std::string& text) {
+    Pieces pieces;
+    pre.split(text, pieces);
+    return pieces;
+}
+
+PreTokenizer llama3_pre_tokenizer() {
+    return PreTokenizer({PreTokenizerStep::split(kLlama3Pattern, "test"), PreTokenizerStep::byte_level(false, false)});
+}
+
+std::string translated(const std::string& pattern) { return pcre2_pattern_from_oniguruma(pattern, "test"); }
+
+}  // namespace
+
+TEST_CASE("oniguruma pattern: \\s and \\w become Oniguruma's sets, other escapes stay") {
+    CHECK(translated(R"(\s+)") == R"([\t-\r\x{85}\p{Z}]+)");
+    CHECK(translated(R"(\S)") == R"([^\t-\r\x{85}\p{Z}])");
+    CHECK(translated(R"([^\s\p{L}\p{N}]+)") == R"([^\t-\r\x{85}\p{Z}\p{L}\p{N}]+)");
+    CHECK(translated(R"(\w\W)") == R"([\p{L}\p{M}\p{N}\p{Pc}][^\p{L}\p{M}\p{N}\p{Pc}])");
+    CHECK(translated(R"(\\s)") == R"(\\s)");  // an escaped backslash, then a literal s
+    CHECK(translated(R"(\p{L}\x{85}\$\.[]a][^]a][[:alpha:]])") == R"(\p{L}\x{85}\$\.[]a][^]a][[:alpha:]])");
+    CHECK(translated("(?i:'s)|\xC3\xA9\\\xC3\xA9") == "(?i:'s)|\xC3\xA9\\\xC3\xA9");
+    // Constructs whose meaning differs and that are not translated are refused.
+    for (const char* refused : {"^a", "a$", "\\bword", "\\Bx", "\\h", "\\H", "\\Qa\\E", "[a[b]]", "[a&&b]", "[\\S]",
+                                "[\\W]"}) {
+        INFO("pattern " << refused);
+        CHECK_THROWS_AS(translated(refused), diffattn::ConfigError);
+    }
+}
+
+TEST_CASE("pre-tokenizer: Llama 3's pattern (letters, 1-3 digits, contractions, whitespace runs)") {
+    const PreTokenizer pre = llama3_pre_tokenizer();
+    // "\n\n  x": \s*[\r\n]+ takes "\n\n"; of the two spaces, \s+(?!\S) takes the first (the
+    // second must not be followed by non-space), and the second goes with "x".
+    CHECK(pieces_of(pre, "Hello world's 12345 test\n\n  x") ==
+          Pieces{"Hello", " world", "'s", " ", "123", "45", " test", "\n\n", " ", " x"});
+    CHECK(pieces_of(pre, "I'M HERE, they'RE") == Pieces{"I", "'M", " HERE", ",", " they", "'RE"});
+    CHECK(pieces_of(pre, "trailing   ") == Pieces{"trailing", "   "});
+    CHECK(pieces_of(pre, "a\t\tb") == Pieces{"a", "\t", "\tb"});
+    CHECK(pieces_of(pre, "...!?\n") == Pieces{"...!?\n"});
+    CHECK(pieces_of(pre, "").empty());
+    // U+180E is not whitespace in Oniguruma (nor in Unicode since 6.3), unlike PCRE2's own \s:
+    // " \u180E" is a space + punctuation piece.
+    CHECK(pieces_of(pre, "x \xE1\xA0\x8Eword") == Pieces{"x", " \xE1\xA0\x8E", "word"});
+    // U+0085 (NEL) is whitespace in Oniguruma.
+    CHECK(pieces_of(pre, "a\xC2\x85\xC2\x85" "b") == Pieces{"a", "\xC2\x85", "\xC2\x85" "b"});
+    // (?i:'s) folds case with Unicode: U+017F (long s) matches 's' in Oniguruma and PCRE2 alike.
+    CHECK(pieces_of(pre, "it'\xC5\xBFt") == Pieces{"it", "'\xC5\xBF", "t"});
+}
+
+TEST_CASE("pre-tokenizer: ByteLevel with GPT-2's pattern and the prefix space") {
+    const PreTokenizer gpt2({PreTokenizerStep::byte_level(false, true)});
+    CHECK(pieces_of(gpt2, "Hello world's  12345!!") == Pieces{"Hello", " world", "'s", " ", " 12345", "!!"});
+    CHECK(pieces_of(gpt2, "a\xC2\x85\xC2\x85" "b") == Pieces{"a", "\xC2\x85", "\xC2\x85", "b"});
+    const PreTokenizer prefixed({PreTokenizerStep::byte_level(true, true)});
+    CHECK(pieces_of(prefixed, "Hello world") == Pieces{" Hello", " world"});
+    CHECK(pieces_of(prefixed, " Hello") == Pieces{" Hello"});
+    const PreTokenizer prefix_only({PreTokenizerStep::byte_level(true, false)});
+    CHECK(pieces_of(prefix_only, "Hello world") == Pieces{" Hello world"});
+}
+
+TEST_CASE("pre-tokenizer: Split with a String pattern splits on the literal text") {
+    nlohmann::json j = text_test::with_merges(text_test::byte_tokenizer_json(), {"a .", "a. b"});
+    const nlohmann::json split = {
+        {"type", "Split"}, {"pattern", {{"String", "."}}}, {"behavior", "Isolated"}, {"invert", false}};
+    const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}};
+    j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", nlohmann::json::array({split, byte_level})}};
+    // Pieces "xa", ".", "bx": the merges cannot reach across them ("." is literal, not any character).
+    CHECK(diffattn::text::Tokenizer::from_json(j).encode("xa.bx") ==
+          std::vector<std::int32_t>{'x', 'a', '.', 'b', 'x'});
+    j["pre_tokenizer"]["pretokenizers"].erase(0);
+    CHECK(diffattn::text::Tokenizer::from_json(j).encode("xa.bx") ==
+          std::vector<std::int32_t>{'x', *diffattn::text::Tokenizer::from_json(j).token_to_id("a.b"), 'x'});
+}
+
+TEST_CASE("pre-tokenizer: long runs (JIT stack, backtracking) split without error") {
+    const PreTokenizer pre = llama3_pre_tokenizer();
+    const std::string letters(200000, 'a');
+    CHECK(pieces_of(pre, letters) == Pieces{letters});
+    const std::string spaces(200000, ' ');
+    CHECK(pieces_of(pre, spaces + "x") == Pieces{spaces.substr(1), " x"});
+    std::string mixed;
+    for (int i = 0; i < 20000; ++i) mixed += "ab  12\t\n";
+    std::size_t total = 0;
+    for (const std::string& piece : pieces_of(pre, mixed)) total += piece.size();
+    CHECK(total == mixed.size());
+}
