@@ -189,6 +189,31 @@ TEST_CASE("path that is a directory, a FIFO or unreadable", "[catalogue][files]"
     }
 }
 
+TEST_CASE("path the file system cannot resolve", "[catalogue][files]") {
+    // A symbolic link loop, a path longer than PATH_MAX, a parent without search permission:
+    // FileError naming the path and the reason, never std::filesystem::filesystem_error.
+    model_test::TempDir dir;
+    const fs::path loop = dir.path() / "loop";
+    fs::create_directory_symlink(loop, loop);
+    CHECK_ERROR(FileError, DecoderModel<float>::load(loop), "model directory \"", loop.string().c_str(),
+                "cannot access it: Too many levels of symbolic links");
+    CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path() / std::string(5000, 'x')), "model directory",
+                "cannot access it: File name too long");
+    write_model_config(dir.path() / "config.json", tiny(AttentionKind::diff));
+    fs::create_symlink(dir.path() / "model.safetensors", dir.path() / "model.safetensors");
+    CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path()), "safetensors file", "model.safetensors",
+                "Too many levels of symbolic links");
+    if (::geteuid() == 0) {
+        WARN("permission-denied parent skipped: running as root");
+    } else {
+        fs::create_directories(dir.path() / "locked" / "model");
+        fs::permissions(dir.path() / "locked", fs::perms::none);
+        const std::string message = message_of<FileError>([&] { DecoderModel<float>::load(dir.path() / "locked" / "model"); });
+        fs::permissions(dir.path() / "locked", fs::perms::owner_all);
+        check_words(message, {"model directory", "cannot access it: Permission denied"});
+    }
+}
+
 TEST_CASE("huge or garbage config.json", "[catalogue][files][config]") {
     model_test::TempDir dir;
     const fs::path path = dir.path() / "config.json";

@@ -1,10 +1,13 @@
 // Loading model directories: every tensor present with its shape and no other, errors naming the
-// file and the tensor; a written seeded model loads back to the same logits (float and double).
+// file and the tensor; paths the file system cannot resolve; a written seeded model loads back to
+// the same logits (float and double).
 #include "model_files.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <string>
+
+#include <unistd.h>
 
 using namespace diffattn;
 using Catch::Matchers::Contains;
@@ -115,4 +118,36 @@ TEST_CASE("missing files and directories", "[model][files]") {
     CHECK_THROWS_AS(DecoderModel<float>::load(dir.path()), FileError);  // no config.json
     write_model_config(dir.path() / "config.json", tiny(AttentionKind::diff));
     CHECK_THAT(load_error(dir.path()), Contains("model.safetensors"));
+}
+
+TEST_CASE("a model path the file system cannot resolve is a FileError naming it and the reason",
+          "[model][files]") {
+    model_test::TempDir dir;
+    // A symbolic link to itself: stat() fails with ELOOP.
+    const std::filesystem::path loop = dir.path() / "loop";
+    std::filesystem::create_directory_symlink(loop, loop);
+    CHECK_THAT(load_error(loop), Contains("model directory") && Contains(loop.string()) &&
+                                     Contains("Too many levels of symbolic links"));
+    // A path longer than PATH_MAX: ENAMETOOLONG.
+    const std::filesystem::path long_path = dir.path() / std::string(5000, 'a');
+    CHECK_THAT(load_error(long_path), Contains("model directory") && Contains("File name too long"));
+    // config.json and model.safetensors that are symbolic link loops.
+    write_model_config(dir.path() / "config.json", tiny(AttentionKind::diff));
+    std::filesystem::create_symlink(dir.path() / "model.safetensors", dir.path() / "model.safetensors");
+    CHECK_THAT(load_error(dir.path()), Contains("model.safetensors") && Contains("Too many levels"));
+    std::filesystem::remove(dir.path() / "config.json");
+    std::filesystem::create_symlink(dir.path() / "config.json", dir.path() / "config.json");
+    CHECK_THAT(load_error(dir.path()), Contains("config.json") && Contains("Too many levels"));
+
+    // A directory inside a parent without search permission: EACCES (root passes every permission check).
+    if (::geteuid() == 0) {
+        WARN("permission-denied parent skipped: running as root");
+    } else {
+        const std::filesystem::path locked = dir.path() / "locked";
+        std::filesystem::create_directories(locked / "model");
+        std::filesystem::permissions(locked, std::filesystem::perms::none);
+        const std::string message = load_error(locked / "model");
+        std::filesystem::permissions(locked, std::filesystem::perms::owner_all);
+        CHECK_THAT(message, Contains("model directory") && Contains("Permission denied"));
+    }
 }

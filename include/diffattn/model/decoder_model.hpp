@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace diffattn {
@@ -59,8 +60,7 @@ public:
     /// at least half of the parameters config.json describes (FileError otherwise), so a config.json
     /// cannot make load() allocate more than about twice what the file holds.
     static DecoderModel load(const std::filesystem::path& dir, std::vector<std::string>* warnings = nullptr) {
-        require<FileError>(std::filesystem::is_directory(dir), "model directory \"", dir.string(),
-                           "\" does not exist or is not a directory");
+        require_directory(dir);
         const std::filesystem::path config_path = dir / "config.json";
         const ModelConfig config = read_model_config(config_path, warnings);
         const SafetensorsFile file(dir / "model.safetensors");
@@ -205,6 +205,19 @@ public:
     }
 
 private:
+    /// FileError unless `dir` is a directory. std::error_code forms only: a symbolic link loop, a
+    /// path longer than PATH_MAX or a parent without search permission is a message naming the
+    /// path and the reason, not a std::filesystem::filesystem_error.
+    static void require_directory(const std::filesystem::path& dir) {
+        std::error_code error;
+        const std::filesystem::file_status status = std::filesystem::status(dir, error);
+        const bool missing = status.type() == std::filesystem::file_type::not_found;  // ENOENT, ENOTDIR
+        require<FileError>(!error || missing, "model directory \"", dir.string(), "\": cannot access it: ",
+                           error.message());
+        require<FileError>(status.type() == std::filesystem::file_type::directory, "model directory \"", dir.string(),
+                           "\" does not exist or is not a directory");
+    }
+
     static const ModelConfig& validated(const ModelConfig& config) {
         config.validate();
         return config;
