@@ -326,6 +326,12 @@ TEST_CASE("dimensions too large to index", "[catalogue][config]") {
     c.hidden_size = 2'000'000'000;
     c.num_attention_heads = 1'000'000'000;
     CHECK_ERROR(ConfigError, DecoderModel<float>(c), "parameters", "more than");
+    // In config.json, a dimension past int is refused by its key, with the range it must be in.
+    const ModelConfig d = tiny(AttentionKind::diff);
+    CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(d, "hidden_size", "1099511627776")),
+                "key \"hidden_size\" must be an integer in [1, 2147483647], got 1099511627776: too large to index");
+    CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(d, "num_hidden_layers", "1e12")),
+                "key \"num_hidden_layers\" must be an integer in [0, 2147483647]", "too large to index");
 }
 
 // ---- Kernels ------------------------------------------------------------------------------------

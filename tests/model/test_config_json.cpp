@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -208,4 +209,15 @@ TEST_CASE("config.json: a number too large for a double is a ConfigError", "[mod
     } catch (const ConfigError& e) {
         CHECK_THAT(std::string(e.what()), Contains("not valid JSON") && Contains("1e400"));
     }
+}
+
+TEST_CASE("config.json: an integer too large to index names the real range", "[model][config]") {
+    // 2^40 is >= 1: the message must say why it is refused.
+    const std::string message = error_of(with(minimal_diff(), "hidden_size", std::int64_t{1} << 40));
+    CHECK_THAT(message, Contains("\"hidden_size\"") && Contains("[1, 2147483647]") &&
+                            Contains("1099511627776") && Contains("too large to index"));
+    CHECK_THAT(error_of(with(minimal_diff(), "vocab_size", 2147483648.0)), Contains("too large to index"));
+    CHECK_THAT(error_of(with(minimal_diff(), "num_hidden_layers", std::uint64_t{1} << 63)),
+               Contains("[0, 2147483647]") && Contains("too large to index"));
+    CHECK(error_of(with(with(minimal_diff(), "vocab_size", 2147483647), "num_hidden_layers", 0)) == "no error");
 }

@@ -42,27 +42,28 @@ public:
         return it != json_.end() && !it->is_null();
     }
 
-    /// An integer >= minimum; `fallback` when absent (if required, absence is an error).
+    /// Largest integer() accepted: dimensions stay in int, so that the Index products of sizes
+    /// derived from them (ModelConfig::validate) cannot overflow.
+    static constexpr Index max_integer = std::numeric_limits<int>::max();
+
+    /// An integer in [minimum, max_integer]; `fallback` when absent (if required, absence is an error).
     Index integer(const char* key, Index minimum, bool required, Index fallback) const {
         if (!has(key)) {
             require<ConfigError>(!required, source_, ": missing required key \"", key, "\"");
             return fallback;
         }
         const nlohmann::json& value = json_.at(key);
-        bool ok = false;
-        Index result = 0;
-        if (value.is_number_unsigned()) {
-            const auto u = value.get<std::uint64_t>();
-            ok = u <= static_cast<std::uint64_t>(std::numeric_limits<int>::max());
-            result = static_cast<Index>(u);
-        } else if (value.is_number_integer()) {
-            const auto i = value.get<std::int64_t>();
-            ok = i <= std::numeric_limits<int>::max();
-            result = static_cast<Index>(i);
-        }
-        require<ConfigError>(ok && result >= minimum, source_, ": key \"", key, "\" must be an integer >= ", minimum,
-                             ", got ", value.dump());
-        return result;
+        // Above the range: any number, 1e12 as much as 1099511627776 (a float is refused either way).
+        const bool too_large = value.is_number_unsigned()  ? value.get<std::uint64_t>() > std::uint64_t{max_integer}
+                               : value.is_number_integer() ? value.get<std::int64_t>() > max_integer
+                               : value.is_number_float()   ? value.get<double>() > static_cast<double>(max_integer)
+                                                           : false;
+        require<ConfigError>(!too_large, source_, ": key \"", key, "\" must be an integer in [", minimum, ", ",
+                             max_integer, "], got ", value.dump(), ": too large to index");
+        const bool ok = value.is_number_integer() && value.get<std::int64_t>() >= minimum;
+        require<ConfigError>(ok, source_, ": key \"", key, "\" must be an integer >= ", minimum, ", got ",
+                             value.dump());
+        return static_cast<Index>(value.get<std::int64_t>());
     }
 
     /// A finite number > 0; `fallback` when absent.
