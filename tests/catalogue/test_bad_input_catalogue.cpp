@@ -241,6 +241,19 @@ TEST_CASE("huge or garbage config.json", "[catalogue][files][config]") {
     }
 }
 
+TEST_CASE("config.json that is not strict JSON", "[catalogue][files][config]") {
+    // nlohmann alone would stop at the NUL byte and keep the last of two values.
+    const std::string valid = model_config_to_json(tiny(AttentionKind::diff)).dump();
+    CHECK_ERROR(ConfigError, model_config_from_json_text(valid + std::string(1, '\0') + "garbage"),
+                "not valid JSON: it holds a NUL byte at byte offset ", std::to_string(valid.size()).c_str());
+    CHECK_ERROR(ConfigError, model_config_from_json_text("{\"vocab_size\": 8, " + valid.substr(1)),
+                "duplicate key \"vocab_size\"");
+    model_test::TempDir dir;
+    write_text(dir.path() / "config.json", "{\"vocab_size\": 8, " + valid.substr(1));
+    CHECK_ERROR(ConfigError, read_model_config(dir.path() / "config.json"), "config.json \"",
+                "duplicate key \"vocab_size\"");
+}
+
 // ---- Configuration ------------------------------------------------------------------------------
 
 TEST_CASE("bad config values", "[catalogue][config]") {

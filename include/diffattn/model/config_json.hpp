@@ -5,10 +5,14 @@
 //    shared_diff_rank / head_dim for the kinds that use them) are required;
 //  - a value of the wrong type or out of range is a ConfigError naming the key and the value;
 //  - an unknown key, or a key the chosen attention kind does not use, is a warning (the model
-//    still loads), reported to a caller-supplied vector or stream.
+//    still loads), reported to a caller-supplied vector or stream;
+//  - the text must be strict JSON: a NUL byte, a key twice in one object or nesting deeper than
+//    32 levels is a ConfigError (io/detail/strict_json.hpp), where nlohmann alone would stop at
+//    the NUL, keep the last value or recurse.
 #pragma once
 
 #include "diffattn/core/error.hpp"
+#include "diffattn/io/detail/strict_json.hpp"
 #include "diffattn/model/config.hpp"
 
 #include <nlohmann/json.hpp>
@@ -178,23 +182,33 @@ inline constexpr int max_config_json_depth = 32;
 /// Largest config.json file read_model_config reads, in bytes (real ones are well under 4 KiB).
 inline constexpr std::uintmax_t max_config_json_bytes = 1 << 20;
 
-/// Parses config.json text (see model_config_from_json). A JSON syntax error, or nesting deeper than
-/// max_config_json_depth, is a ConfigError.
+/// Parses config.json text (see model_config_from_json). ConfigError for text that is not strictly
+/// one JSON value (detail::check_json_text): a syntax error, a NUL byte (naming its offset), nesting
+/// deeper than max_config_json_depth, or a key twice in one object (naming it; nlohmann would keep
+/// the last value silently). The check is one linear pass before the DOM is built.
 inline ModelConfig model_config_from_json_text(const std::string& text, std::vector<std::string>* warnings = nullptr,
                                                const std::string& source = "config.json") {
-    nlohmann::json json;
-    const auto limit_depth = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
-        if ((event == nlohmann::json::parse_event_t::object_start ||
-             event == nlohmann::json::parse_event_t::array_start) &&
-            depth >= max_config_json_depth) {
+    using Problem = detail::JsonProblem;
+    const Problem problem = detail::check_json_text(text.data(), text.data() + text.size(), {max_config_json_depth});
+    switch (problem.kind) {
+        case Problem::Kind::none: break;
+        case Problem::Kind::nul_byte:
+            throw ConfigError(detail::concat(source, ": not valid JSON: it holds a NUL byte at byte offset ",
+                                             problem.offset));
+        case Problem::Kind::too_deep:
             throw ConfigError(detail::concat(source, ": not valid JSON for a config: it nests deeper than ",
                                              max_config_json_depth, " levels"));
-        }
-        return true;
-    };
+        case Problem::Kind::duplicate_key:
+            throw ConfigError(detail::concat(source, ": duplicate key ", problem.key,
+                                             problem.top_level_key.empty() ? "" : " inside ", problem.top_level_key,
+                                             ": JSON readers disagree on which value counts"));
+        default:  // syntax, and out_of_range for a number like 1e400 (no array limit here)
+            throw ConfigError(detail::concat(source, ": not valid JSON: ", problem.message));
+    }
+    nlohmann::json json;
     try {
-        json = nlohmann::json::parse(text, limit_depth);
-    } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
+        json = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {  // not expected after the check; kept as a guard
         throw ConfigError(detail::concat(source, ": not valid JSON: ", e.what()));
     }
     return model_config_from_json(json, warnings, source);
