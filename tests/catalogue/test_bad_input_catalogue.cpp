@@ -146,6 +146,27 @@ TEST_CASE("model file that does not match its config", "[catalogue][files]") {
         CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path()), "DecoderModel::load", "config.json",
                     "describes a model of 32000", "model.safetensors", "do not belong together");
     }
+    SECTION("tensors checked against the header before the model is allocated") {
+        // A tied embedding-only config of 2^24 parameters (64 MiB in float) and a file holding half
+        // as many F16 zeros under another name (32 MiB): enough for the parameter count, but
+        // "missing tensor" must come before the 64 MiB are allocated.
+        ModelConfig large = tiny(AttentionKind::softmax);
+        large.hidden_size = 512;
+        large.num_hidden_layers = 0;
+        large.vocab_size = 32768;
+        large.tie_word_embeddings = true;
+        write_text(dir.path() / "config.json", model_config_to_json(large).dump());
+        model_test::write_sparse_f16_file(dir.path() / "model.safetensors", std::uint64_t{1} << 23);
+        const bool measured = model_test::reset_peak_rss();
+        const long long before = model_test::status_bytes("VmRSS");
+        CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path()), "model.safetensors",
+                    "missing tensor \"model.embed_tokens.weight\"");
+        if (measured) {
+            CHECK(model_test::status_bytes("VmHWM") - before < (16 + 32) * 1048576LL);  // the file + 32 MiB
+        } else {
+            WARN("memory part skipped: the peak resident set size cannot be reset here");
+        }
+    }
 }
 
 TEST_CASE("missing file or directory", "[catalogue][files]") {

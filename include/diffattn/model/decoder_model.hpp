@@ -21,6 +21,7 @@
 #include "diffattn/model/decoder_layer.hpp"
 #include "diffattn/model/forward_state.hpp"
 #include "diffattn/model/kv_cache.hpp"
+#include "diffattn/model/model_tensors.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -56,9 +57,10 @@ public:
     /// F64 are converted to T. Throws ConfigError (config.json, naming the key) or FileError (naming
     /// the file and the tensor). Unknown config keys go to `warnings` (may be null).
     ///
-    /// Memory: the model is allocated only after model.safetensors is validated and found to hold
-    /// at least half of the parameters config.json describes (FileError otherwise), so a config.json
-    /// cannot make load() allocate more than about twice what the file holds.
+    /// Memory: the model is allocated only after model.safetensors is validated, found to hold at
+    /// least half of the parameters config.json describes, and its header found to list exactly
+    /// the tensors of that model with their shapes (check_model_tensors); until then load() holds
+    /// the file and its header, never a weight.
     static DecoderModel load(const std::filesystem::path& dir, std::vector<std::string>* warnings = nullptr) {
         require_directory(dir);
         const std::filesystem::path config_path = dir / "config.json";
@@ -72,6 +74,7 @@ public:
                            "\" holds ", in_file, " in ", file.tensor_count(),
                            " tensors: most of the model is missing, so the two files do not belong together "
                            "(nothing was allocated)");
+        check_model_tensors(file, config);  // every name and shape, from the header: before any weight
         DecoderModel model(config);
         model.load_weights(file);
         return model;
