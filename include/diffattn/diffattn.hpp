@@ -41,8 +41,8 @@
 #include "diffattn/layers/shared_diff.hpp"
 #include "diffattn/layers/swiglu.hpp"
 
-// model: config, decoder layer, decoder model (SPEC 4-5), model-file tensors, KV cache and greedy
-// generation (SPEC 6)
+// model: config, decoder layer, decoder model (SPEC 4-5), model-file tensors, KV cache, logit
+// ranking and greedy generation (SPEC 6)
 #include "diffattn/model/config.hpp"
 #include "diffattn/model/config_json.hpp"
 #include "diffattn/model/decoder_layer.hpp"
@@ -50,4 +50,5 @@
 #include "diffattn/model/forward_state.hpp"
 #include "diffattn/model/generate.hpp"
 #include "diffattn/model/kv_cache.hpp"
+#include "diffattn/model/logit_ranking.hpp"
 #include "diffattn/model/model_tensors.hpp"

@@ -7,6 +7,8 @@
 #include "diffattn/kernels/diff_attention.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
+#include "diffattn/model/generate.hpp"
+#include "diffattn/model/logit_ranking.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -476,6 +478,22 @@ TEST_CASE("NaN or Inf in weights", "[catalogue][nan]") {
     CHECK_FALSE(logits.col(5).allFinite());
     CHECK(logits.leftCols(5).allFinite());
     CHECK(logits.rightCols(26).allFinite());
+}
+
+TEST_CASE("NaN logits in a ranking or greedy generation", "[catalogue][nan]") {
+    // A defined order: larger first, every NaN after every number (-Inf included), ties and NaNs
+    // among themselves by the lower id. An all-NaN row gives token 0.
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    Vector<float> logits(7);
+    logits << 1.73f, nan, -2.59f, nan, 0.5f, -inf, 1.73f;
+    CHECK(top_logits(logits, 5) == std::vector<Index>{0, 6, 4, 2, 5});
+    CHECK(top_logits(logits, 7) == std::vector<Index>{0, 6, 4, 2, 5, 1, 3});
+    CHECK(argmax_token(logits) == 0);
+    CHECK(argmax_token(Vector<float>::Constant(3, nan)) == 0);
+    // Greedy generation never picks a NaN logit while a number is there.
+    DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 4);
+    for (Index v = 0; v < 32; v += 2) model.lm_head.row(v).setConstant(nan);
+    for (Token id : generate(model, {1, 2, 3}, 6)) CHECK(id % 2 == 1);
 }
 
 TEST_CASE("invalid kernel options", "[catalogue][options]") {

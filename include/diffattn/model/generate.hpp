@@ -11,21 +11,20 @@
 #include "diffattn/model/decoder_model.hpp"
 #include "diffattn/model/forward_state.hpp"
 #include "diffattn/model/kv_cache.hpp"
+#include "diffattn/model/logit_ranking.hpp"
 
 #include <algorithm>
 #include <vector>
 
 namespace diffattn {
 
-/// The id of the largest logit of a row (the lowest id among equal ones; NaN never wins).
+/// The id of the largest logit of a row: the first of the ranking of model/logit_ranking.hpp,
+/// so the lowest id among equal ones, and a NaN logit never wins over a number (a row that is
+/// all NaN gives 0). ShapeError for an empty row.
 ///   logits [V] (a row or column of a logits matrix)
 template <typename Derived>
 Token argmax_token(const Eigen::DenseBase<Derived>& logits) {
-    Index best = 0;
-    for (Index i = 1; i < logits.size(); ++i) {
-        if (logits(i) > logits(best) || (logits(best) != logits(best) && logits(i) == logits(i))) best = i;
-    }
-    return static_cast<Token>(best);
+    return static_cast<Token>(top_logit(logits));
 }
 
 /// Greedy continuation of `prompt` (at least one token) by `count` tokens; returns the `count`
