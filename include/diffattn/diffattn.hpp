@@ -5,9 +5,10 @@
 
 #include "diffattn/version.hpp"
 
-// core: Eigen aliases, errors, argument checks, scratch memory
+// core: Eigen aliases, errors, argument checks, memory limit, scratch memory
 #include "diffattn/core/checks.hpp"
 #include "diffattn/core/error.hpp"
+#include "diffattn/core/memory_limit.hpp"
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/core/workspace.hpp"

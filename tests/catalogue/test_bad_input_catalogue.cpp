@@ -571,6 +571,24 @@ TEST_CASE("cache overflow", "[catalogue][kv_cache]") {
     CHECK_ERROR(ShapeError, model.make_cache(0), "KvCache: max_len must be > 0, got 0");
 }
 
+TEST_CASE("sizes too large for the machine", "[catalogue][memory]") {
+    // Checked before allocating, against the machine's physical memory (core/memory_limit.hpp):
+    // a ShapeError naming the bytes, never std::bad_alloc or std::length_error.
+    const DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::dint), 7);
+    const Index huge = Index(1) << 40;
+    CHECK_ERROR(ShapeError, model.make_state(Index(1) << 31), "ForwardState: max_len must be at most 2147483647");
+    CHECK_ERROR(ShapeError, model.make_cache(Index(1) << 31), "KvCache: max_len must be at most 2147483647");
+    CHECK_ERROR(ShapeError, ForwardState<float>(model.config(), 2'000'000'000), "ForwardState: 2000000000 tokens of",
+                "bytes each would take", "bytes of physical memory");
+    CHECK_ERROR(ShapeError, model.make_cache(2'000'000'000), "KvCache: 2000000000 tokens of", "bytes each would take",
+                "bytes of physical memory");
+    CHECK_ERROR(ShapeError, generate(model, {1, 2}, huge), "generate: 1099511627776 tokens after a prompt of 2",
+                "would pass the 2147483647 positions");
+    const DecoderModel<float> wide(test::tiny_config(AttentionKind::diff, 1 << 17));
+    CHECK_ERROR(ShapeError, generate(wide, {1, 2}, 1'000'000, false), "generate: 1000000 tokens after a prompt of 2",
+                "without a KV cache", "would take", "bytes of physical memory");
+}
+
 TEST_CASE("KV cache of another model", "[catalogue][kv_cache]") {
     const DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::dint), 7);
     const DecoderModel<float> other = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 7);

@@ -137,7 +137,9 @@ public:
         for (auto& layer : layers) layer.self_attn.merge();
     }
 
-    /// Run state for calls of up to max_len tokens with attention heads on `threads` threads.
+    /// Run state for calls of up to max_len tokens with attention heads on `threads` threads
+    /// (ForwardState's constructor: ShapeError for max_len outside [1, ModelConfig::max_positions]
+    /// or a state larger than the machine's memory, before allocating).
     ForwardState<T> make_state(Index max_len, int threads = 1) const { return ForwardState<T>(config_, max_len, threads); }
 
     /// logits [N x V] of the N tokens, into caller-owned `logits`.
@@ -196,7 +198,8 @@ public:
     }
 
     /// An empty KV cache for sequences of up to max_len tokens of this model (KvCache's
-    /// constructor: OptionError for an encoder or DINT global_mean model).
+    /// constructor: OptionError for an encoder or DINT global_mean model; ShapeError for max_len
+    /// outside [1, ModelConfig::max_positions] or a cache larger than the machine's memory).
     KvCache<T> make_cache(Index max_len) const { return KvCache<T>(config_, max_len); }
 
     /// Convenience: a fresh single-threaded state and a new logits matrix [N x V].
