@@ -17,24 +17,29 @@
 //   num_key_value_heads 2 (GQA, diff_gqa_pairing per_head), num_hidden_layers 2,
 //   intermediate_size 172, vocab_size 256, rms_norm_eps 1e-5, rope_theta 10000, untied lm_head.
 //
-// A bad flag, file or token id prints a message naming the problem and exits with status 2.
-// Results do not depend on --threads (each head writes its own output columns).
+// Every error (a bad or repeated flag, file, configuration, token id, or sizes the machine cannot
+// hold) prints a message naming the problem and exits with status 2; sizes are checked before
+// anything is printed. Results do not depend on --threads (each head writes its own output columns).
 #include "diffattn/io/safetensors.hpp"
 #include "diffattn/model/config_json.hpp"
 #include "diffattn/model/decoder_model.hpp"
 #include "diffattn/model/generate.hpp"
 #include "diffattn/model/kv_cache.hpp"
+#include "diffattn/model/logit_ranking.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
-#include <numeric>
+#include <new>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace {
@@ -93,7 +98,8 @@ void print_help(std::ostream& out) {
            "                     The results do not depend on T.\n"
            "  --precision P      float (default) or double.\n"
            "  --generate K       continue the tokens greedily by K tokens (the argmax of each\n"
-           "                     step's last logits row) and print them as one line\n"
+           "                     step's last logits row; a NaN logit never wins over a\n"
+           "                     number) and print them as one line\n"
            "                     \"generated: <id> <id> ...\", with the time per token. Uses a KV\n"
            "                     cache: the tokens are prefilled in one call, then each new token\n"
            "                     is one decode call (SPEC 6). Not for encoder or DINT global_mean\n"
@@ -102,31 +108,39 @@ void print_help(std::ostream& out) {
            "                     every step instead (same tokens, slower).\n"
            "  --help             this text.\n"
            "\n"
-           "Exit status: 0 on success, 2 for a bad flag, file, configuration or token id.\n";
+           "Integers are plain decimal digits (no sign, no spaces). Each flag may be given once.\n"
+           "The top-5 list ranks the largest logit first, NaN logits last (ties: lower id first).\n"
+           "\n"
+           "Exit status: 0 on success, 2 for any error: a bad or repeated flag, a file,\n"
+           "configuration or token id, or sizes larger than the machine's memory (checked\n"
+           "before anything is printed).\n";
 }
 
-int parse_positive_int(const std::string& flag, const std::string& text, long max = 1024) {
-    std::size_t used = 0;
-    long value = 0;
-    try {
-        value = std::stol(text, &used);
-    } catch (...) {
-        used = 0;
+/// The integer `text` of `what` in [min, max]: decimal digits only, no sign, no spaces (every
+/// integer of the command line goes through here, so all are read alike).
+long long parse_integer(const std::string& what, const std::string& text, long long min, long long max) {
+    long long value = 0;
+    const char* first = text.data();
+    const char* last = text.data() + text.size();
+    const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+    const auto [end, error] = std::from_chars(first, last, value);
+    if (!digits || error != std::errc() || end != last || value < min || value > max) {
+        throw UsageError{what + " needs an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
+                         "], got \"" + text + "\""};
     }
-    if (used != text.size() || text.empty() || value < 1 || value > max) {
-        throw UsageError{flag + " needs an integer in [1, " + std::to_string(max) + "], got \"" + text + "\""};
-    }
-    return static_cast<int>(value);
+    return value;
 }
 
 Options parse_arguments(int argc, char** argv) {
     Options options;
+    std::set<std::string> seen;
     for (int i = 1; i < argc; ++i) {
         const std::string flag = argv[i];
         if (flag == "--help" || flag == "-h") {
             print_help(std::cout);
             std::exit(0);
         }
+        if (!seen.insert(flag).second) throw UsageError{flag + " is given more than once; give each flag once"};
         const auto value = [&]() -> std::string {
             if (i + 1 >= argc) throw UsageError{flag + " needs a value"};
             return argv[++i];
@@ -138,13 +152,13 @@ Options parse_arguments(int argc, char** argv) {
         } else if (flag == "--logits") {
             options.logits_path = value();
         } else if (flag == "--threads") {
-            options.threads = parse_positive_int(flag, value());
+            options.threads = static_cast<int>(parse_integer(flag, value(), 1, 1024));
         } else if (flag == "--precision") {
             const std::string p = value();
             if (p != "float" && p != "double") throw UsageError{"--precision must be float or double, got \"" + p + "\""};
             options.use_double = p == "double";
         } else if (flag == "--generate") {
-            options.generate = parse_positive_int(flag, value(), 1000000);
+            options.generate = static_cast<int>(parse_integer(flag, value(), 1, 1000000));
         } else if (flag == "--no-cache") {
             options.use_cache = false;
         } else {
@@ -163,19 +177,8 @@ std::vector<Token> parse_tokens(const std::string& text, Index vocab_size) {
     std::vector<Token> tokens;
     std::string word;
     while (in >> word) {
-        std::size_t used = 0;
-        long long id = -1;
-        try {
-            id = std::stoll(word, &used);
-        } catch (...) {
-            used = 0;
-        }
-        if (used != word.size()) throw UsageError{"--tokens: \"" + word + "\" is not an integer token id"};
-        if (id < 0 || id >= vocab_size) {
-            throw UsageError{"--tokens: token id " + word + " (position " + std::to_string(tokens.size()) +
-                             ") is outside the vocabulary [0, " + std::to_string(vocab_size) + ")"};
-        }
-        tokens.push_back(static_cast<Token>(id));
+        const std::string what = "--tokens: token " + std::to_string(tokens.size()) + " (an id of the vocabulary)";
+        tokens.push_back(static_cast<Token>(parse_integer(what, word, 0, vocab_size - 1)));
     }
     if (tokens.empty()) throw UsageError{"--tokens: no token ids in \"" + text + "\""};
     return tokens;
@@ -189,13 +192,6 @@ int run(const Options& options) {
                                                     : DecoderModel<T>::seeded(demo_config(), kDemoSeed);
     for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
     const ModelConfig& config = model.config();
-    if (options.generate > 0 && options.use_cache &&
-        (!config.causal ||
-         (config.attention == AttentionKind::dint && config.dint_integral == DintIntegral::global_mean))) {
-        throw UsageError{std::string("--generate: this model cannot use a KV cache (") +
-                         (config.causal ? "dint_integral global_mean" : "an encoder, \"causal\": false") +
-                         "); add --no-cache"};
-    }
 
     // 2. The tokens.
     std::vector<Token> tokens;
@@ -206,58 +202,64 @@ int run(const Options& options) {
     }
     const Index n = static_cast<Index>(tokens.size());
 
+    // 3. Every size, before anything is printed: the state of the forward pass (its logits
+    //    [tokens x vocab] are printed and written from) and what the generation will allocate.
+    int threads = options.threads;
+#if !defined(DIFFATTN_HAS_OPENMP)
+    const bool single_threaded_build = threads > 1;
+    threads = 1;
+#endif
+    ForwardState<T> state = model.make_state(n, threads);
+    if (options.generate > 0) {
+        try {
+            check_generate(model, n, options.generate, options.use_cache);
+        } catch (const OptionError& e) {  // an encoder or DINT global_mean model with the cache
+            throw UsageError{std::string("--generate: ") + e.what() + "; add --no-cache"};
+        }
+    }
+
     std::cout << "model: " << (options.model_dir ? *options.model_dir : std::string("embedded demo model (seed 1234)"))
               << "\n"
               << config << "parameters: " << model.parameter_count() << "\n"
               << "precision: " << (std::is_same_v<T, double> ? "double" : "float") << "\n";
-    int threads = options.threads;
 #if !defined(DIFFATTN_HAS_OPENMP)
-    if (threads > 1) std::cout << "note: built without OpenMP, running on 1 thread\n";
-    threads = 1;
+    if (single_threaded_build) std::cout << "note: built without OpenMP, running on 1 thread\n";
 #endif
     std::cout << "threads: " << threads << "\n"
               << "tokens (" << n << "):";
     for (Token t : tokens) std::cout << " " << t;
     std::cout << "\n";
 
-    // 3. The forward pass: a warm-up call, then a timed one (same state, same result).
-    ForwardState<T> state = model.make_state(n, threads);
-    RowMatrix<T> logits(n, config.vocab_size);  // [tokens x vocab]
-    model.forward(tokens, state, logits);
+    // 4. The forward pass: a warm-up call, then a timed one (same state, same result).
+    model.forward(tokens, state);
     const auto start = std::chrono::steady_clock::now();
-    model.forward(tokens, state, logits);
+    const ConstMatrixRef<T> logits = model.forward(tokens, state);  // [tokens x vocab], in state.logits
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::cout << std::fixed << std::setprecision(3) << "forward: " << seconds * 1e3 << " ms, " << std::setprecision(1)
               << static_cast<double>(n) / std::max(seconds, 1e-12) << " tokens/s\n";
 
-    // 4. Top-5 next tokens after the last position.
+    // 5. Top-5 next tokens after the last position (NaN logits last: model/logit_ranking.hpp).
     const auto last = logits.row(n - 1);
-    std::vector<Index> order(static_cast<std::size_t>(config.vocab_size));
-    std::iota(order.begin(), order.end(), Index(0));
-    const std::size_t k = std::min<std::size_t>(5, order.size());
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
-                      [&](Index a, Index b) { return last(a) > last(b) || (last(a) == last(b) && a < b); });
-    std::cout << "top-" << k << " next tokens:\n" << std::setprecision(6);
-    for (std::size_t i = 0; i < k; ++i) {
-        std::cout << "  " << std::setw(6) << order[i] << "  logit " << std::setw(12) << static_cast<double>(last(order[i]))
-                  << "\n";
+    const std::vector<Index> top = top_logits(last, 5);
+    std::cout << "top-" << top.size() << " next tokens (largest logit first, NaN last):\n" << std::setprecision(6);
+    for (const Index id : top) {
+        std::cout << "  " << std::setw(6) << id << "  logit " << std::setw(12) << static_cast<double>(last(id)) << "\n";
     }
 
-    // 5. Optionally all logits to a safetensors file.
+    // 6. Optionally all logits to a safetensors file (the state holds exactly n rows).
     if (options.logits_path) {
-        write_safetensors(*options.logits_path, {{"logits", TensorView(logits)}});
+        write_safetensors(*options.logits_path, {{"logits", TensorView(state.logits)}});
         std::cout << "wrote logits [" << n << ", " << config.vocab_size << "] to " << *options.logits_path << "\n";
     }
 
-    // 6. Optionally greedy generation, with the KV cache (prefill + one decode call per token) or
+    // 7. Optionally greedy generation, with the KV cache (prefill + one decode call per token) or
     //    with a full forward at every step.
     if (options.generate > 0) {
         const Index count = options.generate;
         if (options.use_cache) {
-            const std::size_t per_token = KvCache<T>::bytes_per_token(config);
-            std::cout << "generation: " << count << " tokens, greedy, KV cache of " << per_token
-                      << " bytes per token (" << per_token * static_cast<std::size_t>(n + count - 1) << " bytes for "
-                      << n + count - 1 << " tokens)\n";
+            std::cout << "generation: " << count << " tokens, greedy, KV cache of " << KvCache<T>::bytes_per_token(config)
+                      << " bytes per token (" << static_cast<std::uint64_t>(KvCache<T>::bytes(config, n + count - 1))
+                      << " bytes for " << n + count - 1 << " tokens)\n";
         } else {
             std::cout << "generation: " << count << " tokens, greedy, full forward at every step (--no-cache)\n";
         }
@@ -283,11 +285,14 @@ int main(int argc, char** argv) {
     } catch (const UsageError& e) {
         std::cerr << "diffattn-forward: " << e.message << "\n(see diffattn-forward --help)\n";
         return 2;
-    } catch (const diffattn::Error& e) {  // bad model directory, config.json, tensor, output file
+    } catch (const diffattn::Error& e) {  // model directory, config.json, tensor, sizes, output file
         std::cerr << "diffattn-forward: " << e.what() << "\n";
         return 2;
+    } catch (const std::bad_alloc&) {  // sizes are checked against the machine, but its memory may be in use
+        std::cerr << "diffattn-forward: out of memory\n";
+        return 2;
     } catch (const std::exception& e) {
-        std::cerr << "diffattn-forward: unexpected error: " << e.what() << "\n";
-        return 1;
+        std::cerr << "diffattn-forward: " << e.what() << "\n";
+        return 2;
     }
 }

@@ -5,9 +5,11 @@
 
 #include "diffattn/version.hpp"
 
-// core: Eigen aliases, errors, argument checks, the parallel loop
+// core: Eigen aliases, errors, argument checks, memory limit, the parallel loop, compiled ISA
 #include "diffattn/core/checks.hpp"
 #include "diffattn/core/error.hpp"
+#include "diffattn/core/isa.hpp"
+#include "diffattn/core/memory_limit.hpp"
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 
@@ -46,7 +48,8 @@
 #include "diffattn/layers/shared_diff.hpp"
 #include "diffattn/layers/swiglu.hpp"
 
-// model: config, decoder layer, decoder model (SPEC 4-5), KV cache and greedy generation (SPEC 6)
+// model: config, decoder layer, decoder model (SPEC 4-5), model-file tensors, KV cache, logit
+// ranking and greedy generation (SPEC 6)
 #include "diffattn/model/config.hpp"
 #include "diffattn/model/config_json.hpp"
 #include "diffattn/model/decoder_layer.hpp"
@@ -54,3 +57,5 @@
 #include "diffattn/model/forward_state.hpp"
 #include "diffattn/model/generate.hpp"
 #include "diffattn/model/kv_cache.hpp"
+#include "diffattn/model/logit_ranking.hpp"
+#include "diffattn/model/model_tensors.hpp"

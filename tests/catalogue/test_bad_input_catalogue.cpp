@@ -8,6 +8,8 @@
 #include "diffattn/kernels/diff_attention.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
+#include "diffattn/model/generate.hpp"
+#include "diffattn/model/logit_ranking.hpp"
 #include "diffattn/text/tokenizer.hpp"
 
 #include <catch2/catch.hpp>
@@ -122,6 +124,27 @@ TEST_CASE("model file that does not match its config", "[catalogue][files]") {
         CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path()), "DecoderModel::load", "config.json",
                     "describes a model of 32000", "model.safetensors", "do not belong together");
     }
+    SECTION("tensors checked against the header before the model is allocated") {
+        // A tied embedding-only config of 2^24 parameters (64 MiB in float) and a file holding half
+        // as many F16 zeros under another name (32 MiB): enough for the parameter count, but
+        // "missing tensor" must come before the 64 MiB are allocated.
+        ModelConfig large = tiny(AttentionKind::softmax);
+        large.hidden_size = 512;
+        large.num_hidden_layers = 0;
+        large.vocab_size = 32768;
+        large.tie_word_embeddings = true;
+        write_text(dir.path() / "config.json", model_config_to_json(large).dump());
+        model_test::write_sparse_f16_file(dir.path() / "model.safetensors", std::uint64_t{1} << 23);
+        const bool measured = model_test::reset_peak_rss();
+        const long long before = model_test::status_bytes("VmRSS");
+        CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path()), "model.safetensors",
+                    "missing tensor \"model.embed_tokens.weight\"");
+        if (measured) {
+            CHECK(model_test::status_bytes("VmHWM") - before < (16 + 32) * 1048576LL);  // the file + 32 MiB
+        } else {
+            WARN("memory part skipped: the peak resident set size cannot be reset here");
+        }
+    }
 }
 
 TEST_CASE("missing file or directory", "[catalogue][files]") {
@@ -165,6 +188,31 @@ TEST_CASE("path that is a directory, a FIFO or unreadable", "[catalogue][files]"
     }
 }
 
+TEST_CASE("path the file system cannot resolve", "[catalogue][files]") {
+    // A symbolic link loop, a path longer than PATH_MAX, a parent without search permission:
+    // FileError naming the path and the reason, never std::filesystem::filesystem_error.
+    model_test::TempDir dir;
+    const fs::path loop = dir.path() / "loop";
+    fs::create_directory_symlink(loop, loop);
+    CHECK_ERROR(FileError, DecoderModel<float>::load(loop), "model directory \"", loop.string().c_str(),
+                "cannot access it: Too many levels of symbolic links");
+    CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path() / std::string(5000, 'x')), "model directory",
+                "cannot access it: File name too long");
+    write_model_config(dir.path() / "config.json", tiny(AttentionKind::diff));
+    fs::create_symlink(dir.path() / "model.safetensors", dir.path() / "model.safetensors");
+    CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path()), "safetensors file", "model.safetensors",
+                "Too many levels of symbolic links");
+    if (::geteuid() == 0) {
+        WARN("permission-denied parent skipped: running as root");
+    } else {
+        fs::create_directories(dir.path() / "locked" / "model");
+        fs::permissions(dir.path() / "locked", fs::perms::none);
+        const std::string message = message_of<FileError>([&] { DecoderModel<float>::load(dir.path() / "locked" / "model"); });
+        fs::permissions(dir.path() / "locked", fs::perms::owner_all);
+        check_words(message, {"model directory", "cannot access it: Permission denied"});
+    }
+}
+
 TEST_CASE("huge or garbage config.json", "[catalogue][files][config]") {
     model_test::TempDir dir;
     const fs::path path = dir.path() / "config.json";
@@ -190,6 +238,19 @@ TEST_CASE("huge or garbage config.json", "[catalogue][files][config]") {
         write_text(path, "[1, 2, 3]");
         CHECK_ERROR(ConfigError, read_model_config(path), "config.json", "expected a JSON object, got array");
     }
+}
+
+TEST_CASE("config.json that is not strict JSON", "[catalogue][files][config]") {
+    // nlohmann alone would stop at the NUL byte and keep the last of two values.
+    const std::string valid = model_config_to_json(tiny(AttentionKind::diff)).dump();
+    CHECK_ERROR(ConfigError, model_config_from_json_text(valid + std::string(1, '\0') + "garbage"),
+                "not valid JSON: it holds a NUL byte at byte offset ", std::to_string(valid.size()).c_str());
+    CHECK_ERROR(ConfigError, model_config_from_json_text("{\"vocab_size\": 8, " + valid.substr(1)),
+                "duplicate key \"vocab_size\"");
+    model_test::TempDir dir;
+    write_text(dir.path() / "config.json", "{\"vocab_size\": 8, " + valid.substr(1));
+    CHECK_ERROR(ConfigError, read_model_config(dir.path() / "config.json"), "config.json \"",
+                "duplicate key \"vocab_size\"");
 }
 
 // ---- Configuration ------------------------------------------------------------------------------
@@ -277,6 +338,12 @@ TEST_CASE("dimensions too large to index", "[catalogue][config]") {
     c.hidden_size = 2'000'000'000;
     c.num_attention_heads = 1'000'000'000;
     CHECK_ERROR(ConfigError, DecoderModel<float>(c), "parameters", "more than");
+    // In config.json, a dimension past int is refused by its key, with the range it must be in.
+    const ModelConfig d = tiny(AttentionKind::diff);
+    CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(d, "hidden_size", "1099511627776")),
+                "key \"hidden_size\" must be an integer in [1, 2147483647], got 1099511627776: too large to index");
+    CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(d, "num_hidden_layers", "1e12")),
+                "key \"num_hidden_layers\" must be an integer in [0, 2147483647]", "too large to index");
 }
 
 // ---- Kernels ------------------------------------------------------------------------------------
@@ -389,6 +456,22 @@ TEST_CASE("NaN or Inf in weights", "[catalogue][nan]") {
     CHECK(logits.rightCols(26).allFinite());
 }
 
+TEST_CASE("NaN logits in a ranking or greedy generation", "[catalogue][nan]") {
+    // A defined order: larger first, every NaN after every number (-Inf included), ties and NaNs
+    // among themselves by the lower id. An all-NaN row gives token 0.
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    Vector<float> logits(7);
+    logits << 1.73f, nan, -2.59f, nan, 0.5f, -inf, 1.73f;
+    CHECK(top_logits(logits, 5) == std::vector<Index>{0, 6, 4, 2, 5});
+    CHECK(top_logits(logits, 7) == std::vector<Index>{0, 6, 4, 2, 5, 1, 3});
+    CHECK(argmax_token(logits) == 0);
+    CHECK(argmax_token(Vector<float>::Constant(3, nan)) == 0);
+    // Greedy generation never picks a NaN logit while a number is there.
+    DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 4);
+    for (Index v = 0; v < 32; v += 2) model.lm_head.row(v).setConstant(nan);
+    for (Token id : generate(model, {1, 2, 3}, 6)) CHECK(id % 2 == 1);
+}
+
 TEST_CASE("invalid kernel options", "[catalogue][options]") {
     const RowMatrix<float> q = random_matrix<float>(6, 4, 1), k = random_matrix<float>(6, 4, 2);
     const RowMatrix<float> v = random_matrix<float>(6, 8, 3);
@@ -462,6 +545,24 @@ TEST_CASE("cache overflow", "[catalogue][kv_cache]") {
     const RowMatrix<float> next = model.forward({5, 6}, state, &cache);
     CHECK((next.row(1) - model.logits({1, 2, 3, 4, 5, 6}).row(5)).cwiseAbs().maxCoeff() < 1e-4f);
     CHECK_ERROR(ShapeError, model.make_cache(0), "KvCache: max_len must be > 0, got 0");
+}
+
+TEST_CASE("sizes too large for the machine", "[catalogue][memory]") {
+    // Checked before allocating, against the machine's physical memory (core/memory_limit.hpp):
+    // a ShapeError naming the bytes, never std::bad_alloc or std::length_error.
+    const DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::dint), 7);
+    const Index huge = Index(1) << 40;
+    CHECK_ERROR(ShapeError, model.make_state(Index(1) << 31), "ForwardState: max_len must be at most 2147483647");
+    CHECK_ERROR(ShapeError, model.make_cache(Index(1) << 31), "KvCache: max_len must be at most 2147483647");
+    CHECK_ERROR(ShapeError, ForwardState<float>(model.config(), 2'000'000'000), "ForwardState: 2000000000 tokens of",
+                "bytes each would take", "bytes of physical memory");
+    CHECK_ERROR(ShapeError, model.make_cache(2'000'000'000), "KvCache: 2000000000 tokens of", "bytes each would take",
+                "bytes of physical memory");
+    CHECK_ERROR(ShapeError, generate(model, {1, 2}, huge), "generate: 1099511627776 tokens after a prompt of 2",
+                "would pass the 2147483647 positions");
+    const DecoderModel<float> wide(test::tiny_config(AttentionKind::diff, 1 << 17));
+    CHECK_ERROR(ShapeError, generate(wide, {1, 2}, 1'000'000, false), "generate: 1000000 tokens after a prompt of 2",
+                "without a KV cache", "would take", "bytes of physical memory");
 }
 
 TEST_CASE("KV cache of another model", "[catalogue][kv_cache]") {

@@ -1,5 +1,6 @@
 // Helpers of the model tests: temporary directories and writing model directories
-// (config.json + model.safetensors, F32) from a model's parameter list; the golden model directories.
+// (config.json + model.safetensors, F32) from a model's parameter list; the golden model directories;
+// the peak resident set size (Linux /proc), to show that a refused file allocated nothing.
 #pragma once
 
 #include "diffattn/io/safetensors.hpp"
@@ -12,8 +13,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -56,6 +60,41 @@ TensorSet tensors_of(DecoderModel<T>& model) {
 inline void write_model_dir(const std::filesystem::path& dir, const ModelConfig& config, const TensorSet& tensors) {
     write_model_config(dir / "config.json", config);
     write_safetensors(dir / "model.safetensors", tensors.views());
+}
+
+/// A field of /proc/self/status in bytes ("VmRSS", "VmHWM"), or -1 where there is none.
+inline long long status_bytes(const std::string& field) {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line)) {
+        if (line.compare(0, field.size() + 1, field + ":") == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;
+    }
+    return -1;
+}
+
+/// Resets the peak resident set size (VmHWM) to the current one (Linux >= 4.0); false if it cannot.
+inline bool reset_peak_rss() {
+    std::ofstream clear_refs("/proc/self/clear_refs");
+    clear_refs << "5";
+    clear_refs.close();
+    return clear_refs.good() && status_bytes("VmHWM") >= 0;
+}
+
+/// A safetensors file whose one tensor "unused" is `elements` F16 zeros: written sparse, so it
+/// costs no disk space, but reading it costs its size in memory.
+inline void write_sparse_f16_file(const std::filesystem::path& path, std::uint64_t elements) {
+    std::string header = "{\"unused\":{\"dtype\":\"F16\",\"shape\":[" + std::to_string(elements) +
+                         "],\"data_offsets\":[0," + std::to_string(2 * elements) + "]}}";
+    header.append((8 - header.size() % 8) % 8, ' ');
+    unsigned char length[8];
+    detail::store_u64_le(header.size(), length);
+    {
+        std::ofstream out(path, std::ios::binary);
+        out.write(reinterpret_cast<const char*>(length), 8);
+        out << header;
+        if (!out) throw std::runtime_error("cannot write " + path.string());
+    }
+    std::filesystem::resize_file(path, 8 + header.size() + 2 * elements);
 }
 
 /// Every model directory under tests/data/models that has golden logits, sorted.

@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -208,4 +210,58 @@ TEST_CASE("config.json: a number too large for a double is a ConfigError", "[mod
     } catch (const ConfigError& e) {
         CHECK_THAT(std::string(e.what()), Contains("not valid JSON") && Contains("1e400"));
     }
+}
+
+TEST_CASE("config.json: an integer too large to index names the real range", "[model][config]") {
+    // 2^40 is >= 1: the message must say why it is refused.
+    const std::string message = error_of(with(minimal_diff(), "hidden_size", std::int64_t{1} << 40));
+    CHECK_THAT(message, Contains("\"hidden_size\"") && Contains("[1, 2147483647]") &&
+                            Contains("1099511627776") && Contains("too large to index"));
+    CHECK_THAT(error_of(with(minimal_diff(), "vocab_size", 2147483648.0)), Contains("too large to index"));
+    CHECK_THAT(error_of(with(minimal_diff(), "num_hidden_layers", std::uint64_t{1} << 63)),
+               Contains("[0, 2147483647]") && Contains("too large to index"));
+    CHECK(error_of(with(with(minimal_diff(), "vocab_size", 2147483647), "num_hidden_layers", 0)) == "no error");
+}
+
+TEST_CASE("config.json: a NUL byte is a ConfigError naming its offset", "[model][config]") {
+    // nlohmann's lexer stops at a NUL byte: the garbage after it would be ignored.
+    const std::string text = minimal_diff().dump() + std::string(1, '\0') + "{\"vocab_size\": -1} garbage";
+    try {
+        model_config_from_json_text(text);
+        FAIL("no error");
+    } catch (const ConfigError& e) {
+        CHECK_THAT(std::string(e.what()), Contains("NUL byte") && Contains(std::to_string(minimal_diff().dump().size())));
+    }
+    std::string inside = minimal_diff().dump();
+    inside.insert(inside.find("diff") + 2, 1, '\0');  // inside a string value
+    CHECK_THROWS_AS(model_config_from_json_text(inside), ConfigError);
+
+    // The same from a file.
+    model_test::TempDir dir;
+    std::ofstream(dir.path() / "config.json", std::ios::binary) << text;
+    CHECK_THROWS_WITH(read_model_config(dir.path() / "config.json"), Contains("NUL byte") && Contains("config.json"));
+}
+
+TEST_CASE("config.json: a duplicate key is a ConfigError naming it", "[model][config]") {
+    // nlohmann keeps the last value silently; which one a reader takes is not agreed on.
+    const std::string text = "{\"vocab_size\": 50, " + minimal_diff().dump().substr(1);
+    CHECK_THROWS_WITH(model_config_from_json_text(text), Contains("duplicate key \"vocab_size\""));
+    const std::string nested = minimal_diff().dump().insert(1, "\"extra\": {\"a\": 1, \"a\": 2}, ");
+    CHECK_THROWS_WITH(model_config_from_json_text(nested), Contains("duplicate key \"a\""));
+    // The same key in two different objects is fine.
+    const std::string separate = minimal_diff().dump().insert(1, "\"x\": {\"a\": 1}, \"y\": {\"a\": 2}, ");
+    CHECK_NOTHROW(model_config_from_json_text(separate));
+}
+
+TEST_CASE("config.json: parsing takes time linear in the size", "[model][config]") {
+    // A 1 MiB config.json of 88,000 empty objects (under the file-size limit). nlohmann's callback
+    // parser, used to limit the depth, rescanned the parent object after each one: 75 s.
+    std::string text = "{";
+    for (int i = 0; text.size() < (1u << 20) - 64; ++i) text += "\"k" + std::to_string(i) + "\":{},";
+    text += "\"attention\":\"diff\"}";
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(model_config_from_json_text(text), Contains("missing required key"));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    INFO("parsed in " << seconds << " s");
+    CHECK(seconds < 20.0);  // linear: well under a second in a release build
 }

@@ -1,10 +1,14 @@
 // Loading model directories: every tensor present with its shape and no other, errors naming the
-// file and the tensor; a written seeded model loads back to the same logits (float and double).
+// file and the tensor, checked before the model is allocated; paths the file system cannot resolve;
+// a written seeded model loads back to the same logits (float and double).
 #include "model_files.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <string>
+
+#include <unistd.h>
 
 using namespace diffattn;
 using Catch::Matchers::Contains;
@@ -115,4 +119,100 @@ TEST_CASE("missing files and directories", "[model][files]") {
     CHECK_THROWS_AS(DecoderModel<float>::load(dir.path()), FileError);  // no config.json
     write_model_config(dir.path() / "config.json", tiny(AttentionKind::diff));
     CHECK_THAT(load_error(dir.path()), Contains("model.safetensors"));
+}
+
+TEST_CASE("a model path the file system cannot resolve is a FileError naming it and the reason",
+          "[model][files]") {
+    model_test::TempDir dir;
+    // A symbolic link to itself: stat() fails with ELOOP.
+    const std::filesystem::path loop = dir.path() / "loop";
+    std::filesystem::create_directory_symlink(loop, loop);
+    CHECK_THAT(load_error(loop), Contains("model directory") && Contains(loop.string()) &&
+                                     Contains("Too many levels of symbolic links"));
+    // A path longer than PATH_MAX: ENAMETOOLONG.
+    const std::filesystem::path long_path = dir.path() / std::string(5000, 'a');
+    CHECK_THAT(load_error(long_path), Contains("model directory") && Contains("File name too long"));
+    // config.json and model.safetensors that are symbolic link loops.
+    write_model_config(dir.path() / "config.json", tiny(AttentionKind::diff));
+    std::filesystem::create_symlink(dir.path() / "model.safetensors", dir.path() / "model.safetensors");
+    CHECK_THAT(load_error(dir.path()), Contains("model.safetensors") && Contains("Too many levels"));
+    std::filesystem::remove(dir.path() / "config.json");
+    std::filesystem::create_symlink(dir.path() / "config.json", dir.path() / "config.json");
+    CHECK_THAT(load_error(dir.path()), Contains("config.json") && Contains("Too many levels"));
+
+    // A directory inside a parent without search permission: EACCES (root passes every permission check).
+    if (::geteuid() == 0) {
+        WARN("permission-denied parent skipped: running as root");
+    } else {
+        const std::filesystem::path locked = dir.path() / "locked";
+        std::filesystem::create_directories(locked / "model");
+        std::filesystem::permissions(locked, std::filesystem::perms::none);
+        const std::string message = load_error(locked / "model");
+        std::filesystem::permissions(locked, std::filesystem::perms::owner_all);
+        CHECK_THAT(message, Contains("model directory") && Contains("Permission denied"));
+    }
+}
+
+TEST_CASE("load checks every tensor name and shape before allocating the model", "[model][files][memory]") {
+    if (!model_test::reset_peak_rss()) {
+        WARN("skipped: the peak resident set size cannot be reset here (/proc/self/clear_refs)");
+        return;
+    }
+    // A tied softmax model with no layers: embed_tokens [32768, 1024] alone, 2^25 parameters
+    // (128 MiB in float). The file holds half of them in one tensor of another name, as F16:
+    // enough for the parameter-count check, 32 MiB to read.
+    ModelConfig config = test::tiny_config(AttentionKind::softmax, 32768);
+    config.hidden_size = 1024;
+    config.num_hidden_layers = 0;
+    config.tie_word_embeddings = true;
+    const std::uint64_t elements = std::uint64_t{1} << 24;
+    model_test::TempDir dir;
+    write_model_config(dir.path() / "config.json", config);
+    model_test::write_sparse_f16_file(dir.path() / "model.safetensors", elements);
+    const long double file_bytes = static_cast<long double>(std::filesystem::file_size(dir.path() / "model.safetensors"));
+
+    REQUIRE(model_test::reset_peak_rss());
+    const long long before = model_test::status_bytes("VmRSS");
+    CHECK_THAT(load_error(dir.path()), Contains("missing tensor \"model.embed_tokens.weight\""));
+    const long double grown = static_cast<long double>(model_test::status_bytes("VmHWM") - before);
+    INFO("peak resident set grew by " << grown / 1048576 << " MiB; the file is " << file_bytes / 1048576 << " MiB");
+    // Reading the file costs its size; allocating the model would add 128 MiB more.
+    CHECK(grown < file_bytes + 32 * 1048576.0L);
+
+    // A file with a tiny tensor under a config of a 2^30-parameter embedding: refused by the
+    // parameter count, before the file's tensors are even compared with the config.
+    config.vocab_size = 1 << 20;
+    write_model_config(dir.path() / "config.json", config);
+    model_test::write_sparse_f16_file(dir.path() / "model.safetensors", 16);
+    REQUIRE(model_test::reset_peak_rss());
+    const long long before_tiny = model_test::status_bytes("VmRSS");
+    CHECK_THAT(load_error(dir.path()), Contains("do not belong together"));
+    CHECK(model_test::status_bytes("VmHWM") - before_tiny < 32 * 1048576LL);
+}
+
+TEST_CASE("the tensors listed from a config are those of parameters()", "[model][files][parameters]") {
+    // for_each_model_tensor (what load() checks before allocating) and DecoderModel::parameters()
+    // (what load_weights() fills) describe the same file: same names, shapes and order.
+    for (AttentionKind kind : {AttentionKind::softmax, AttentionKind::diff, AttentionKind::dint,
+                               AttentionKind::shared_diff, AttentionKind::diff_v2}) {
+        for (bool tied : {false, true}) {
+            ModelConfig config = test::small_config(kind);  // GQA where the kind allows it
+            config.tie_word_embeddings = tied;
+            INFO(to_string(kind) << (tied ? " tied" : ""));
+            std::vector<std::pair<std::string, std::vector<Index>>> listed, bound;
+            for_each_model_tensor(config, [&](const std::string& name, const std::vector<Index>& shape) {
+                listed.emplace_back(name, shape);
+            });
+            DecoderModel<float> model(config);
+            for (const Parameter<float>& p : model.parameters()) bound.emplace_back(p.name, p.shape);
+            CHECK(listed == bound);
+            Index total = 0;
+            for (const auto& entry : listed) {
+                Index size = 1;
+                for (Index dim : entry.second) size *= dim;
+                total += size;
+            }
+            CHECK(total == config.parameter_count());
+        }
+    }
 }

@@ -34,6 +34,10 @@ struct ModelConfig {
     Index head_dim = 0;                                        ///< `head_dim`: d of diff_v2 (required for diff_v2, ignored otherwise)
     bool causal = true;                                        ///< `causal`: false makes a bidirectional encoder stack (default true)
 
+    /// Most tokens of one sequence (a ForwardState's or a KvCache's max_len): positions stay below
+    /// 2^31, the range over which AttentionConfig::validate keeps every rotary angle finite.
+    static constexpr Index max_positions = 2147483647;
+
     // ---- Derived values -------------------------------------------------------------------
     Index kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
     MaskKind mask() const { return causal ? MaskKind::causal : MaskKind::none; }

@@ -5,10 +5,14 @@
 //    shared_diff_rank / head_dim for the kinds that use them) are required;
 //  - a value of the wrong type or out of range is a ConfigError naming the key and the value;
 //  - an unknown key, or a key the chosen attention kind does not use, is a warning (the model
-//    still loads), reported to a caller-supplied vector or stream.
+//    still loads), reported to a caller-supplied vector or stream;
+//  - the text must be strict JSON: a NUL byte, a key twice in one object or nesting deeper than
+//    32 levels is a ConfigError (io/detail/strict_json.hpp), where nlohmann alone would stop at
+//    the NUL, keep the last value or recurse.
 #pragma once
 
 #include "diffattn/core/error.hpp"
+#include "diffattn/io/detail/strict_json.hpp"
 #include "diffattn/model/config.hpp"
 
 #include <nlohmann/json.hpp>
@@ -42,27 +46,28 @@ public:
         return it != json_.end() && !it->is_null();
     }
 
-    /// An integer >= minimum; `fallback` when absent (if required, absence is an error).
+    /// Largest integer() accepted: dimensions stay in int, so that the Index products of sizes
+    /// derived from them (ModelConfig::validate) cannot overflow.
+    static constexpr Index max_integer = std::numeric_limits<int>::max();
+
+    /// An integer in [minimum, max_integer]; `fallback` when absent (if required, absence is an error).
     Index integer(const char* key, Index minimum, bool required, Index fallback) const {
         if (!has(key)) {
             require<ConfigError>(!required, source_, ": missing required key \"", key, "\"");
             return fallback;
         }
         const nlohmann::json& value = json_.at(key);
-        bool ok = false;
-        Index result = 0;
-        if (value.is_number_unsigned()) {
-            const auto u = value.get<std::uint64_t>();
-            ok = u <= static_cast<std::uint64_t>(std::numeric_limits<int>::max());
-            result = static_cast<Index>(u);
-        } else if (value.is_number_integer()) {
-            const auto i = value.get<std::int64_t>();
-            ok = i <= std::numeric_limits<int>::max();
-            result = static_cast<Index>(i);
-        }
-        require<ConfigError>(ok && result >= minimum, source_, ": key \"", key, "\" must be an integer >= ", minimum,
-                             ", got ", value.dump());
-        return result;
+        // Above the range: any number, 1e12 as much as 1099511627776 (a float is refused either way).
+        const bool too_large = value.is_number_unsigned()  ? value.get<std::uint64_t>() > std::uint64_t{max_integer}
+                               : value.is_number_integer() ? value.get<std::int64_t>() > max_integer
+                               : value.is_number_float()   ? value.get<double>() > static_cast<double>(max_integer)
+                                                           : false;
+        require<ConfigError>(!too_large, source_, ": key \"", key, "\" must be an integer in [", minimum, ", ",
+                             max_integer, "], got ", value.dump(), ": too large to index");
+        const bool ok = value.is_number_integer() && value.get<std::int64_t>() >= minimum;
+        require<ConfigError>(ok, source_, ": key \"", key, "\" must be an integer >= ", minimum, ", got ",
+                             value.dump());
+        return static_cast<Index>(value.get<std::int64_t>());
     }
 
     /// A finite number > 0; `fallback` when absent.
@@ -179,25 +184,35 @@ inline constexpr std::uintmax_t max_config_json_bytes = 1 << 20;
 
 namespace detail {
 
-/// Parses JSON text, rejecting nesting deeper than `max_depth` while parsing, so that no recursive
-/// walk (dump() in a message, destruction) ever meets a pathological depth. A syntax error or too
-/// deep a nesting is a ConfigError prefixed with `source`; `what` names the content in the depth
+/// Parses JSON text that must be strictly one JSON value (detail::check_json_text, one linear pass
+/// before the DOM is built): ConfigError prefixed with `source` for a syntax error, a NUL byte
+/// (naming its offset; nlohmann would stop reading there), nesting deeper than `max_depth` (so
+/// that no recursive walk ever meets a pathological depth), or a key twice in one object (naming
+/// it; nlohmann would keep the last value silently). `what` names the content in the depth
 /// message ("a config").
 inline nlohmann::json parse_json_text(const std::string& text, const std::string& source, int max_depth,
                                       const char* what) {
-    nlohmann::json json;
-    const auto limit_depth = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
-        if ((event == nlohmann::json::parse_event_t::object_start ||
-             event == nlohmann::json::parse_event_t::array_start) &&
-            depth >= max_depth) {
+    using Problem = detail::JsonProblem;
+    const Problem problem = detail::check_json_text(text.data(), text.data() + text.size(), {max_depth});
+    switch (problem.kind) {
+        case Problem::Kind::none: break;
+        case Problem::Kind::nul_byte:
+            throw ConfigError(detail::concat(source, ": not valid JSON: it holds a NUL byte at byte offset ",
+                                             problem.offset));
+        case Problem::Kind::too_deep:
             throw ConfigError(
                 detail::concat(source, ": not valid JSON for ", what, ": it nests deeper than ", max_depth, " levels"));
-        }
-        return true;
-    };
+        case Problem::Kind::duplicate_key:
+            throw ConfigError(detail::concat(source, ": duplicate key ", problem.key,
+                                             problem.top_level_key.empty() ? "" : " inside ", problem.top_level_key,
+                                             ": JSON readers disagree on which value counts"));
+        default:  // syntax, and out_of_range for a number like 1e400 (no array limit here)
+            throw ConfigError(detail::concat(source, ": not valid JSON: ", problem.message));
+    }
+    nlohmann::json json;
     try {
-        json = nlohmann::json::parse(text, limit_depth);
-    } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
+        json = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {  // not expected after the check; kept as a guard
         throw ConfigError(detail::concat(source, ": not valid JSON: ", e.what()));
     }
     return json;
@@ -245,8 +260,8 @@ inline std::string read_text_file(const std::filesystem::path& path, const std::
 
 }  // namespace detail
 
-/// Parses config.json text (see model_config_from_json). A JSON syntax error, or nesting deeper than
-/// max_config_json_depth, is a ConfigError.
+/// Parses config.json text (see model_config_from_json). ConfigError for text that is not strictly
+/// one JSON value (detail::parse_json_text with max_config_json_depth).
 inline ModelConfig model_config_from_json_text(const std::string& text, std::vector<std::string>* warnings = nullptr,
                                                const std::string& source = "config.json") {
     return model_config_from_json(detail::parse_json_text(text, source, max_config_json_depth, "a config"), warnings,

@@ -21,11 +21,13 @@
 #include "diffattn/model/decoder_layer.hpp"
 #include "diffattn/model/forward_state.hpp"
 #include "diffattn/model/kv_cache.hpp"
+#include "diffattn/model/model_tensors.hpp"
 
 #include <cstdint>
 #include <filesystem>
 #include <set>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace diffattn {
@@ -55,12 +57,12 @@ public:
     /// F64 are converted to T. Throws ConfigError (config.json, naming the key) or FileError (naming
     /// the file and the tensor). Unknown config keys go to `warnings` (may be null).
     ///
-    /// Memory: the model is allocated only after model.safetensors is validated and found to hold
-    /// at least half of the parameters config.json describes (FileError otherwise), so a config.json
-    /// cannot make load() allocate more than about twice what the file holds.
+    /// Memory: the model is allocated only after model.safetensors is validated, found to hold at
+    /// least half of the parameters config.json describes, and its header found to list exactly
+    /// the tensors of that model with their shapes (check_model_tensors); until then load() holds
+    /// the file and its header, never a weight.
     static DecoderModel load(const std::filesystem::path& dir, std::vector<std::string>* warnings = nullptr) {
-        require<FileError>(std::filesystem::is_directory(dir), "model directory \"", dir.string(),
-                           "\" does not exist or is not a directory");
+        require_directory(dir);
         const std::filesystem::path config_path = dir / "config.json";
         const ModelConfig config = read_model_config(config_path, warnings);
         const SafetensorsFile file(dir / "model.safetensors");
@@ -72,6 +74,7 @@ public:
                            "\" holds ", in_file, " in ", file.tensor_count(),
                            " tensors: most of the model is missing, so the two files do not belong together "
                            "(nothing was allocated)");
+        check_model_tensors(file, config);  // every name and shape, from the header: before any weight
         DecoderModel model(config);
         model.load_weights(file);
         return model;
@@ -134,7 +137,9 @@ public:
         for (auto& layer : layers) layer.self_attn.merge();
     }
 
-    /// Run state for calls of up to max_len tokens with attention heads on `threads` threads.
+    /// Run state for calls of up to max_len tokens with attention heads on `threads` threads
+    /// (ForwardState's constructor: ShapeError for max_len outside [1, ModelConfig::max_positions]
+    /// or a state larger than the machine's memory, before allocating).
     ForwardState<T> make_state(Index max_len, int threads = 1) const { return ForwardState<T>(config_, max_len, threads); }
 
     /// logits [N x V] of the N tokens, into caller-owned `logits`.
@@ -192,7 +197,8 @@ public:
     }
 
     /// An empty KV cache for sequences of up to max_len tokens of this model (KvCache's
-    /// constructor: OptionError for an encoder or DINT global_mean model).
+    /// constructor: OptionError for an encoder or DINT global_mean model; ShapeError for max_len
+    /// outside [1, ModelConfig::max_positions] or a cache larger than the machine's memory).
     KvCache<T> make_cache(Index max_len) const { return KvCache<T>(config_, max_len); }
 
     /// Convenience: a fresh single-threaded state and a new logits matrix [N x V].
@@ -204,6 +210,19 @@ public:
     }
 
 private:
+    /// FileError unless `dir` is a directory. std::error_code forms only: a symbolic link loop, a
+    /// path longer than PATH_MAX or a parent without search permission is a message naming the
+    /// path and the reason, not a std::filesystem::filesystem_error.
+    static void require_directory(const std::filesystem::path& dir) {
+        std::error_code error;
+        const std::filesystem::file_status status = std::filesystem::status(dir, error);
+        const bool missing = status.type() == std::filesystem::file_type::not_found;  // ENOENT, ENOTDIR
+        require<FileError>(!error || missing, "model directory \"", dir.string(), "\": cannot access it: ",
+                           error.message());
+        require<FileError>(status.type() == std::filesystem::file_type::directory, "model directory \"", dir.string(),
+                           "\" does not exist or is not a directory");
+    }
+
     static const ModelConfig& validated(const ModelConfig& config) {
         config.validate();
         return config;

@@ -7,9 +7,12 @@
 
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/parallel.hpp"
+#include "diffattn/core/memory_limit.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/model/config.hpp"
 #include "diffattn/model/decoder_layer.hpp"
+
+#include <cstddef>
 
 namespace diffattn {
 
@@ -23,9 +26,9 @@ struct ForwardState {
     ForwardState() = default;
 
     /// Buffers for calls of up to max_len tokens; heads and products run on `threads` threads
-    /// (with OpenMP; 1 otherwise).
+    /// (with OpenMP; 1 otherwise). Throws what check(config, max_len) throws, before allocating.
     ForwardState(const ModelConfig& config, Index max_len, int threads = 1)
-        : x(check_len(max_len), config.hidden_size),
+        : x(checked(config, max_len), config.hidden_size),
           normed(max_len, config.hidden_size),
           logits(max_len, config.vocab_size),
           layer(config, max_len, threads),
@@ -50,9 +53,41 @@ struct ForwardState {
                config_.vocab_size == model.vocab_size && layer.attention.fits(model.attention_config(), true);
     }
 
-private:
-    static Index check_len(Index max_len) {
+    /// ConfigError for an invalid config; ShapeError for max_len outside [1,
+    /// ModelConfig::max_positions] or a state larger than memory_limit_bytes() (naming the bytes).
+    static void check(const ModelConfig& config, Index max_len) {
         require<ShapeError>(max_len > 0, "ForwardState: max_len must be > 0, got ", max_len);
+        config.validate();  // bytes_per_token's Index arithmetic needs a config that fits
+        require<ShapeError>(max_len <= ModelConfig::max_positions, "ForwardState: max_len must be at most ",
+                            ModelConfig::max_positions, " (ModelConfig::max_positions), got ", max_len, " (",
+                            detail::byte_count_text(bytes(config, max_len)), " bytes)");
+        require_memory(bytes(config, max_len), "ForwardState: ", max_len, " tokens of ", bytes_per_token(config),
+                       " bytes each");
+    }
+
+    /// Bytes per token of max_len of a state for `config`, the buffers that grow with max_len:
+    ///   sizeof(T) (4D + V + 2F + q_width + k_width + v_width + out_width + d
+    ///              [+ out_width + H for diff_v2] [+ 2d + 4H r for shared_diff])
+    /// (x, normed, logits, the layer's normed and branch, SwiGLU gate and up, Q, K, V, the head
+    /// outputs, the rotary table's cos and sin, diff_v2's second maps and lambda gate, Shared
+    /// DIFF's base and X a products). The kernel workspaces add a few bytes per token and thread.
+    static std::size_t bytes_per_token(const ModelConfig& config) {
+        const AttentionConfig a = config.attention_config();
+        Index scalars = 4 * config.hidden_size + config.vocab_size + 2 * config.intermediate_size + a.q_width() +
+                        a.k_width() + a.v_width() + a.out_width() + a.head_dim();
+        if (a.kind == AttentionKind::diff_v2) scalars += a.out_width() + a.n_heads;
+        if (a.kind == AttentionKind::shared_diff) scalars += 2 * a.head_dim() + 4 * a.n_heads * a.shared_diff_rank;
+        return static_cast<std::size_t>(scalars) * sizeof(T);
+    }
+
+    /// max_len * bytes_per_token(config), in long double (no overflow for any max_len).
+    static long double bytes(const ModelConfig& config, Index max_len) {
+        return static_cast<long double>(bytes_per_token(config)) * static_cast<long double>(max_len);
+    }
+
+private:
+    static Index checked(const ModelConfig& config, Index max_len) {
+        check(config, max_len);
         return max_len;
     }
 

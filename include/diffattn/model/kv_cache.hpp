@@ -5,7 +5,8 @@
 // Capacity policy: fixed. A cache is made for a maximum context `max_len` and allocates all its
 // memory then; it never grows (a call that would pass max_len is a ShapeError naming the lengths,
 // and leaves the cache as it was), so decoding allocates nothing. reset() empties it for the next
-// sequence, keeping the memory.
+// sequence, keeping the memory. A max_len past ModelConfig::max_positions, or a cache larger than
+// the machine's memory (core/memory_limit.hpp), is a ShapeError before anything is allocated.
 //
 // Memory (bytes_per_token(), T = float or double; widths as in AttentionConfig):
 //   per token:  L (k_width + v_width) sizeof(T)      keys and values of every layer
@@ -19,6 +20,7 @@
 #pragma once
 
 #include "diffattn/core/error.hpp"
+#include "diffattn/core/memory_limit.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/options.hpp"
 #include "diffattn/layers/attention_config.hpp"
@@ -37,9 +39,8 @@ class DecoderModel;
 template <typename T>
 class KvCache {
 public:
-    /// An empty cache for up to `max_len` tokens of models with this configuration. Throws
-    /// ConfigError for an invalid config, ShapeError for max_len < 1, and OptionError for a model
-    /// that cannot be decoded incrementally: an encoder ("causal": false) or DINT global_mean.
+    /// An empty cache for up to `max_len` tokens of models with this configuration. Throws what
+    /// check(config, max_len) throws, before allocating.
     KvCache(const ModelConfig& config, Index max_len) : config_(checked(config, max_len)) {
         const AttentionConfig attention = config_.attention_config();
         const auto layers = static_cast<std::size_t>(config_.num_hidden_layers);
@@ -114,6 +115,33 @@ public:
         return static_cast<std::size_t>(scalars) * sizeof(T);
     }
 
+    /// Bytes of a cache of max_len tokens for `config`: max_len * bytes_per_token(config) + the
+    /// fixed DINT causal_mean sums, in long double (no overflow for any max_len). Equals bytes().
+    static long double bytes(const ModelConfig& config, Index max_len) {
+        long double fixed = 0;
+        if (config.attention == AttentionKind::dint && config.dint_integral != DintIntegral::causal_softmax) {
+            fixed = static_cast<long double>(config.num_hidden_layers * config.num_attention_heads *
+                                             config.attention_config().value_dim()) *
+                    sizeof(T);
+        }
+        return static_cast<long double>(bytes_per_token(config)) * static_cast<long double>(max_len) + fixed;
+    }
+
+    /// Throws ConfigError for an invalid config; ShapeError for max_len outside [1,
+    /// ModelConfig::max_positions] or a cache larger than memory_limit_bytes() (naming the bytes);
+    /// OptionError for a model that cannot be decoded incrementally: an encoder ("causal": false)
+    /// or DINT global_mean.
+    static void check(const ModelConfig& config, Index max_len) {
+        config.validate();
+        require<ShapeError>(max_len > 0, "KvCache: max_len must be > 0, got ", max_len);
+        require<ShapeError>(max_len <= ModelConfig::max_positions, "KvCache: max_len must be at most ",
+                            ModelConfig::max_positions, " (ModelConfig::max_positions), got ", max_len, " (",
+                            detail::byte_count_text(bytes(config, max_len)), " bytes)");
+        require_kv_cache_support("KvCache", config.attention_config());
+        require_memory(bytes(config, max_len), "KvCache: ", max_len, " tokens of ", bytes_per_token(config),
+                       " bytes each");
+    }
+
     /// True when a model of `config` can use this cache: the same layers, attention kind and
     /// geometry, DINT integral and rope_theta.
     bool compatible(const ModelConfig& config) const {
@@ -146,9 +174,7 @@ private:
     friend class DecoderModel;
 
     static const ModelConfig& checked(const ModelConfig& config, Index max_len) {
-        config.validate();
-        require<ShapeError>(max_len > 0, "KvCache: max_len must be > 0, got ", max_len);
-        require_kv_cache_support("KvCache", config.attention_config());
+        check(config, max_len);
         return config;
     }
 

@@ -1,0 +1,226 @@
+// The command line of diffattn-forward (examples/diffattn_forward.cpp), run as a program: every
+// error is a message and exit status 2 (never "unexpected error"), integer flags are parsed
+// strictly, a flag may be given once, a generation too large for the machine is refused before
+// anything is printed, and the top-5 list ranks NaN logits last.
+//
+// Not named test_*.cpp: examples/CMakeLists.txt builds it (it needs the program's path), when
+// both the examples and the tests are built.
+#include "../model/model_files.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+using namespace diffattn;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+    int status = -1;  ///< exit status, or -1 if the program did not exit normally
+    std::string out;  ///< what it printed on stdout
+    std::string err;  ///< ... and on stderr
+};
+
+std::string read_all(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// Runs diffattn-forward with `args` (no shell: every argument arrives exactly as given).
+Run run_forward(const std::vector<std::string>& args) {
+    static int counter = 0;
+    const fs::path out_path = fs::temp_directory_path() / ("diffattn_cli_" + std::to_string(::getpid()) + "_" +
+                                                           std::to_string(counter++));
+    const std::string out_file = out_path.string() + ".out", err_file = out_path.string() + ".err";
+    std::vector<std::string> storage = {DIFFATTN_FORWARD_EXE};
+    storage.insert(storage.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& arg : storage) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&actions, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid = 0;
+    const int spawned = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    REQUIRE(spawned == 0);
+    int wait_status = 0;
+    REQUIRE(::waitpid(pid, &wait_status, 0) == pid);
+    Run run;
+    run.status = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
+    run.out = read_all(out_file);
+    run.err = read_all(err_file);
+    fs::remove(out_file);
+    fs::remove(err_file);
+    return run;
+}
+
+/// Checks that `run` failed with status 2 and a message holding every fragment, and nothing else.
+void check_refused(const Run& run, std::initializer_list<const char*> fragments) {
+    INFO("stdout: " << run.out << "\nstderr: " << run.err);
+    CHECK(run.status == 2);
+    CHECK(run.err.find("unexpected error") == std::string::npos);
+    for (const char* fragment : fragments) {
+        INFO("expected fragment: " << fragment);
+        CHECK(run.err.find(fragment) != std::string::npos);
+    }
+}
+
+/// The ids of the "top-k next tokens" lines of the program's output.
+std::vector<Index> printed_top_ids(const std::string& out) {
+    std::istringstream in(out);
+    std::string line;
+    while (std::getline(in, line) && line.find("next tokens") == std::string::npos) {
+    }
+    std::vector<Index> ids;
+    while (std::getline(in, line)) {
+        std::istringstream words(line);
+        Index id = 0;
+        std::string logit;
+        if (!(words >> id >> logit) || logit != "logit") break;
+        ids.push_back(id);
+    }
+    return ids;
+}
+
+/// A model directory of a seeded tiny diff model of `vocab` tokens whose lm_head rows v with
+/// nan_row(v) are NaN: those logit columns are NaN, the others finite.
+template <typename NanRow>
+void write_nan_model(const fs::path& dir, Index vocab, NanRow nan_row) {
+    const ModelConfig config = test::tiny_config(AttentionKind::diff, vocab);
+    DecoderModel<float> model = DecoderModel<float>::seeded(config, 3);
+    for (Index v = 0; v < vocab; ++v) {
+        if (nan_row(v)) model.lm_head.row(v).setConstant(std::numeric_limits<float>::quiet_NaN());
+    }
+    model_test::write_model_dir(dir, config, model_test::tensors_of(model));
+}
+
+/// The expected top-5 of the last logits row of `tokens`: the finite logits largest first (ties
+/// by the lower id), then the NaN ones by id. Computed with a plain sort of the finite values.
+std::vector<Index> expected_top5(const fs::path& dir, const std::vector<Token>& tokens) {
+    const DecoderModel<float> model = DecoderModel<float>::load(dir);
+    const RowMatrix<float> logits = model.logits(tokens);
+    const auto last = logits.row(logits.rows() - 1);
+    std::vector<std::pair<float, Index>> finite;
+    std::vector<Index> nan;
+    for (Index v = 0; v < last.size(); ++v) {
+        if (std::isnan(last(v))) {
+            nan.push_back(v);
+        } else {
+            finite.emplace_back(-last(v), v);  // ascending: largest logit first, then lower id
+        }
+    }
+    std::sort(finite.begin(), finite.end());
+    std::vector<Index> top;
+    for (const auto& entry : finite) top.push_back(entry.second);
+    top.insert(top.end(), nan.begin(), nan.end());
+    top.resize(std::min<std::size_t>(5, top.size()));
+    return top;
+}
+
+}  // namespace
+
+TEST_CASE("diffattn-forward: an unresolvable --model path exits 2 with a FileError", "[examples][cli]") {
+    model_test::TempDir dir;
+    const fs::path loop = dir.path() / "loop";
+    fs::create_directory_symlink(loop, loop);
+    check_refused(run_forward({"--model", loop.string()}), {"model directory", "Too many levels of symbolic links"});
+    check_refused(run_forward({"--model", (dir.path() / std::string(5000, 'a')).string()}),
+                  {"model directory", "File name too long"});
+    if (::geteuid() != 0) {
+        fs::create_directories(dir.path() / "locked" / "model");
+        fs::permissions(dir.path() / "locked", fs::perms::none);
+        const Run run = run_forward({"--model", (dir.path() / "locked" / "model").string()});
+        fs::permissions(dir.path() / "locked", fs::perms::owner_all);
+        check_refused(run, {"model directory", "Permission denied"});
+    }
+}
+
+TEST_CASE("diffattn-forward: integer flags are parsed strictly, flags are given once", "[examples][cli]") {
+    check_refused(run_forward({"--generate", " 5"}), {"--generate needs an integer in [1, 1000000], got \" 5\""});
+    check_refused(run_forward({"--generate", "5 "}), {"--generate needs an integer in [1, 1000000], got \"5 \""});
+    check_refused(run_forward({"--generate", "+5"}), {"--generate needs an integer"});
+    check_refused(run_forward({"--generate", "0x5"}), {"--generate needs an integer"});
+    check_refused(run_forward({"--threads", " 2"}), {"--threads needs an integer in [1, 1024], got \" 2\""});
+    check_refused(run_forward({"--threads", "99999999999999999999"}), {"--threads needs an integer in [1, 1024]"});
+    check_refused(run_forward({"--tokens", "1 +2"}), {"--tokens", "\"+2\""});
+    check_refused(run_forward({"--threads", "1", "--threads", "2"}), {"--threads", "more than once"});
+    check_refused(run_forward({"--generate", "2", "--no-cache", "--no-cache"}), {"--no-cache", "more than once"});
+    check_refused(run_forward({"--precision", "float", "--precision", "double"}), {"--precision", "more than once"});
+
+    const Run good = run_forward({"--generate", "5", "--tokens", "1 2 3"});
+    INFO(good.err);
+    CHECK(good.status == 0);
+    CHECK_THAT(good.out, Contains("generated:"));
+}
+
+TEST_CASE("diffattn-forward: a generation too large for the machine is refused before any output",
+          "[examples][cli]") {
+    // 1e6 tokens without a cache over a 131072-token vocabulary: 1e6 x 131072 floats of logits (524 GB).
+    model_test::TempDir dir;
+    const ModelConfig config = test::tiny_config(AttentionKind::diff, 1 << 17);
+    DecoderModel<float> model(config);
+    model_test::write_model_dir(dir.path(), config, model_test::tensors_of(model));
+    const Run run = run_forward({"--model", dir.path().string(), "--generate", "1000000", "--no-cache"});
+    check_refused(run, {"generate", "1000000", "bytes"});
+    CHECK(run.out.empty());
+}
+
+TEST_CASE("diffattn-forward: the top-5 list ranks NaN logits last", "[examples][cli]") {
+    const std::vector<Token> tokens = {1, 2, 3, 4};
+    SECTION("every third logit NaN") {
+        model_test::TempDir dir;
+        write_nan_model(dir.path(), 256, [](Index v) { return v % 3 == 0; });
+        const Run run = run_forward({"--model", dir.path().string(), "--tokens", "1 2 3 4"});
+        INFO(run.out << run.err);
+        REQUIRE(run.status == 0);
+        CHECK(printed_top_ids(run.out) == expected_top5(dir.path(), tokens));
+    }
+    SECTION("only two finite logits: the NaN ones follow them, by id") {
+        model_test::TempDir dir;
+        write_nan_model(dir.path(), 8, [](Index v) { return v != 3 && v != 6; });
+        const Run run = run_forward({"--model", dir.path().string(), "--tokens", "1 2 3 4"});
+        INFO(run.out << run.err);
+        REQUIRE(run.status == 0);
+        const std::vector<Index> expected = expected_top5(dir.path(), tokens);
+        REQUIRE(expected.size() == 5);
+        CHECK((expected[2] == 0 && expected[3] == 1 && expected[4] == 2));
+        CHECK(printed_top_ids(run.out) == expected);
+    }
+}
+
+TEST_CASE("diffattn-forward: --generate with the cache on an encoder exits 2 before any output",
+          "[examples][cli]") {
+    model_test::TempDir dir;
+    ModelConfig config = test::tiny_config(AttentionKind::diff, 32);
+    config.causal = false;
+    DecoderModel<float> model = DecoderModel<float>::seeded(config, 2);
+    model_test::write_model_dir(dir.path(), config, model_test::tensors_of(model));
+    const Run run = run_forward({"--model", dir.path().string(), "--generate", "2", "--tokens", "1 2"});
+    check_refused(run, {"--generate", "bidirectional encoder", "add --no-cache"});
+    CHECK(run.out.empty());
+    CHECK(run_forward({"--model", dir.path().string(), "--generate", "2", "--tokens", "1 2", "--no-cache"}).status == 0);
+}
+
+TEST_CASE("diffattn-forward: a file error while writing exits 2", "[examples][cli]") {
+    model_test::TempDir dir;
+    check_refused(run_forward({"--logits", dir.path().string()}), {"write_safetensors", dir.path().string().c_str()});
+}
