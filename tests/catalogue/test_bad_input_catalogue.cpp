@@ -1,7 +1,7 @@
-// The bad-input catalogue of the README ("What happens on bad input"): one TEST_CASE per entry,
-// named like the entry, checking exactly what the table promises (the exception type and the key
-// words of its message, or the defined output). Keep the two in step: an entry added to the
-// README gets its TEST_CASE here.
+// The bad-input catalogue of docs/errors.md: one TEST_CASE per row, named like the row's bold
+// words, checking exactly what the table promises (the exception type and the key words of its
+// message, or the defined output). The ctest docs_catalogue keeps the two in step: a row without
+// its TEST_CASE, or a TEST_CASE without its row, fails.
 #include "../error_messages.hpp"
 #include "../model/model_files.hpp"
 

@@ -6,8 +6,8 @@
 #pragma once
 
 #include "diffattn/core/error.hpp"
-#include "diffattn/core/parallel.hpp"
 #include "diffattn/core/memory_limit.hpp"
+#include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/model/config.hpp"
 #include "diffattn/model/decoder_layer.hpp"
