@@ -1,0 +1,109 @@
+// Helpers shared by the io tests: temporary directories, byte images of safetensors files, and
+// checks of the FileErrors the reader and the writer throw.
+#pragma once
+
+#include "diffattn/io/safetensors.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace io_test {
+
+namespace fs = std::filesystem;
+using diffattn::Index;
+using diffattn::RowMatrix;
+using diffattn::SafetensorsDtype;
+using diffattn::SafetensorsFile;
+using diffattn::TensorView;
+using diffattn::Vector;
+
+inline fs::path safetensors_data_dir() {
+#ifdef DIFFATTN_TEST_DATA_DIR
+    return fs::path(DIFFATTN_TEST_DATA_DIR) / "safetensors";
+#else
+    return fs::path(__FILE__).parent_path().parent_path() / "data" / "safetensors";
+#endif
+}
+
+/// A fresh directory under the system temp directory, removed with its contents at scope exit.
+struct TempDir {
+    fs::path path;
+    TempDir() {
+        std::random_device random;
+        path = fs::temp_directory_path() /
+               ("diffattn_safetensors_" + std::to_string(random()) + "_" + std::to_string(random()));
+        fs::create_directories(path);
+    }
+    ~TempDir() {
+        std::error_code ignored;
+        fs::remove_all(path, ignored);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+};
+
+using Bytes = std::vector<unsigned char>;
+
+inline Bytes read_bytes(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+inline void write_bytes(const fs::path& path, const Bytes& bytes) {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    REQUIRE(out.good());
+}
+
+inline void append_le(Bytes& bytes, std::uint64_t value, int byte_count) {
+    for (int i = 0; i < byte_count; ++i) bytes.push_back(static_cast<unsigned char>(value >> (8 * i)));
+}
+
+/// A safetensors image: length field, `header` (not padded), then `data`.
+inline Bytes make_file(const std::string& header, const Bytes& data) {
+    Bytes bytes;
+    append_le(bytes, header.size(), 8);
+    bytes.insert(bytes.end(), header.begin(), header.end());
+    bytes.insert(bytes.end(), data.begin(), data.end());
+    return bytes;
+}
+
+/// Opens `path`, requiring a FileError whose message names the file and holds every fragment.
+inline void require_file_error(const fs::path& path, const std::vector<std::string>& fragments) {
+    INFO("file: " << path.string());
+    std::string message;
+    try {
+        SafetensorsFile file(path);
+        FAIL("no FileError; the file loaded with " << file.tensor_count() << " tensors");
+    } catch (const diffattn::FileError& error) {
+        message = error.what();
+    }
+    INFO("message: " << message);
+    CHECK(message.find(path.filename().string()) != std::string::npos);
+    for (const std::string& fragment : fragments) {
+        INFO("fragment: " << fragment);
+        CHECK(message.find(fragment) != std::string::npos);
+    }
+}
+
+/// The message of the diffattn::Error (or subclass E) that `action` throws.
+template <typename E, typename Action>
+std::string error_message(Action&& action) {
+    try {
+        action();
+    } catch (const E& error) {
+        return error.what();
+    }
+    FAIL("no exception thrown");
+    return {};
+}
+
+}  // namespace io_test
