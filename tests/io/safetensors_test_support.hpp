@@ -6,14 +6,19 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <csignal>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <set>
 #include <string>
 #include <system_error>
 #include <vector>
+
+#include <sys/resource.h>
 
 namespace io_test {
 
@@ -94,7 +99,9 @@ inline void require_file_error(const fs::path& path, const std::vector<std::stri
     }
 }
 
-/// The message of the diffattn::Error (or subclass E) that `action` throws.
+/// The message of the diffattn::Error (or subclass E) that `action` throws; fails the test if it
+/// throws nothing. Any other exception type escapes and fails the test too (the sibling error
+/// classes do not catch each other).
 template <typename E, typename Action>
 std::string error_message(Action&& action) {
     try {
@@ -105,5 +112,36 @@ std::string error_message(Action&& action) {
     FAIL("no exception thrown");
     return {};
 }
+
+/// The names in directory `dir`.
+inline std::set<std::string> entries_of(const fs::path& dir) {
+    std::set<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir)) names.insert(entry.path().filename().string());
+    return names;
+}
+
+/// Lowers this process's file-size limit (RLIMIT_FSIZE) to `bytes` for its lifetime, with SIGXFSZ
+/// ignored: a write past the limit then fails with EFBIG ("File too large"). A real write error at
+/// a chosen offset on any file system, where a full disk cannot be had (no small tmpfs here).
+class FileSizeLimit {
+public:
+    explicit FileSizeLimit(rlim_t bytes) {
+        REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved_) == 0);
+        rlimit lowered = saved_;
+        lowered.rlim_cur = std::min(bytes, saved_.rlim_max);
+        previous_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+        REQUIRE(::setrlimit(RLIMIT_FSIZE, &lowered) == 0);
+    }
+    ~FileSizeLimit() {
+        ::setrlimit(RLIMIT_FSIZE, &saved_);
+        std::signal(SIGXFSZ, previous_handler_);
+    }
+    FileSizeLimit(const FileSizeLimit&) = delete;
+    FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+private:
+    rlimit saved_{};
+    void (*previous_handler_)(int) = SIG_DFL;
+};
 
 }  // namespace io_test

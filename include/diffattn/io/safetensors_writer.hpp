@@ -4,7 +4,9 @@
 
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/io/detail/counted.hpp"
 #include "diffattn/io/detail/float_formats.hpp"
+#include "diffattn/io/replace_file.hpp"
 #include "diffattn/io/safetensors_format.hpp"
 
 #include <nlohmann/json.hpp>
@@ -13,11 +15,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -63,7 +63,9 @@ private:
 /// multiple of 8 bytes (as the reference implementation writes it), data little-endian.
 /// Throws ShapeError for a negative dimension or missing data, Error for the reserved name
 /// "__metadata__", names or metadata that are not UTF-8, or a finite double beyond the float
-/// range (all before the file is touched), and FileError when the file cannot be written.
+/// range (all before any file is touched). The file is written beside `path` and renamed over it
+/// once complete (detail::ReplacingFile): FileError, with the reason, when `path` is not a regular
+/// file (a symbolic link included) or cannot be written, and then `path` is left as it was.
 /// Streams the data through a 4 KiB buffer: no allocation proportional to the tensors.
 inline void write_safetensors(const std::filesystem::path& path, const std::map<std::string, TensorView>& tensors,
                               const std::map<std::string, std::string>& metadata = {}) {
@@ -117,12 +119,11 @@ inline void write_safetensors(const std::filesystem::path& path, const std::map<
                    file, "\" would be ", detail::bytes_count(header_text.size()), ", over the ",
                    SafetensorsLimits::max_header_bytes, "-byte limit");
 
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out) throw FileError(detail::concat("write_safetensors: cannot open \"", file, "\" for writing"));
+    detail::ReplacingFile out(path, "write_safetensors");
     unsigned char length[8];
     detail::store_u64_le(header_text.size(), length);
-    out.write(reinterpret_cast<const char*>(length), sizeof length);
-    out.write(header_text.data(), static_cast<std::streamsize>(header_text.size()));
+    out.write(length, sizeof length);
+    out.write(header_text.data(), header_text.size());
 
     constexpr std::size_t chunk = 1024;  // elements per write
     unsigned char buffer[4 * chunk];
@@ -130,7 +131,7 @@ inline void write_safetensors(const std::filesystem::path& path, const std::map<
     for (const auto& item : tensors) {
         const TensorView& view = item.second;
         const std::uint64_t count = element_counts[index++];
-        for (std::uint64_t start = 0; start < count && out; start += chunk) {
+        for (std::uint64_t start = 0; start < count; start += chunk) {
             const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, count - start));
             for (std::size_t j = 0; j < n; ++j) {
                 float value = 0;
@@ -141,17 +142,10 @@ inline void write_safetensors(const std::filesystem::path& path, const std::map<
                 }
                 detail::store_u32_le(detail::bits_from_float(value), buffer + 4 * j);
             }
-            out.write(reinterpret_cast<const char*>(buffer), static_cast<std::streamsize>(4 * n));
+            out.write(buffer, 4 * n);
         }
     }
-    out.flush();
-    const bool written = static_cast<bool>(out);
-    out.close();
-    if (!written || out.fail()) {
-        std::error_code ignored;
-        std::filesystem::remove(path, ignored);  // never leave a truncated file behind
-        throw FileError(detail::concat("write_safetensors: error while writing \"", file, "\""));
-    }
+    out.commit();
 }
 
 }  // namespace diffattn
