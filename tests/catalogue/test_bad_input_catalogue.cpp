@@ -99,6 +99,21 @@ TEST_CASE("malformed safetensors file", "[catalogue][files]") {
     CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path()), "model.safetensors", "run past the end of file");
 }
 
+TEST_CASE("safetensors header with too many entries", "[catalogue][files]") {
+    // Refused after a pass that keeps nothing past the limit, before any entry is built: a header
+    // of millions of tiny entries costs its own bytes, not gigabytes (docs/safetensors.md, "Limits").
+    const auto load = [](const std::string& header) {
+        return SafetensorsFile::from_bytes(io_test::make_file(header, {}), "model.safetensors");
+    };
+    const std::size_t tensors = SafetensorsLimits::max_tensors;
+    const std::size_t metadata = SafetensorsLimits::max_metadata_entries;
+    CHECK_ERROR(FileError, load(io_test::many_entries_header(tensors + 1, 0)), "model.safetensors",
+                "the header holds 131073 tensor entries, over the limit of 131072");
+    CHECK_ERROR(FileError, load(io_test::many_entries_header(1, metadata + 1)), "model.safetensors",
+                "__metadata__ holds 16385 entries, over the limit of 16384");
+    CHECK(load(io_test::many_entries_header(1, metadata)).metadata().size() == metadata);
+}
+
 TEST_CASE("model file that does not match its config", "[catalogue][files]") {
     model_test::TempDir dir;
     const ModelConfig config = tiny(AttentionKind::dint);

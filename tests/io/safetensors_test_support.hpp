@@ -81,6 +81,21 @@ inline Bytes make_file(const std::string& header, const Bytes& data) {
     return bytes;
 }
 
+/// A header of `tensors` zero-size F32 tensors "t0", "t1", ... and `metadata` entries "k0": "", ...
+inline std::string many_entries_header(std::size_t tensors, std::size_t metadata) {
+    std::string header = "{";
+    if (metadata != 0) {
+        header += "\"__metadata__\":{";
+        for (std::size_t i = 0; i < metadata; ++i) header += (i == 0 ? "\"k" : ",\"k") + std::to_string(i) + "\":\"\"";
+        header += "}";
+    }
+    for (std::size_t i = 0; i < tensors; ++i) {
+        header += (i == 0 && metadata == 0 ? "\"t" : ",\"t") + std::to_string(i) +
+                  R"(":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
+    }
+    return header + "}";
+}
+
 /// Opens `path`, requiring a FileError whose message names the file and holds every fragment.
 inline void require_file_error(const fs::path& path, const std::vector<std::string>& fragments) {
     INFO("file: " << path.string());

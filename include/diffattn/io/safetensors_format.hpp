@@ -64,8 +64,14 @@ struct SafetensorsLimits {
     static constexpr std::uint64_t max_header_bytes = 100'000'000;
     /// Deepest JSON nesting (the format needs 3: root, entry, shape).
     static constexpr int max_header_depth = 8;
-    /// Longest JSON array (shapes and data_offsets are the format's only arrays).
+    /// Most elements of a JSON array (shapes and data_offsets are the format's only arrays), and
+    /// most members of a JSON object other than the header itself and __metadata__.
     static constexpr std::size_t max_header_array_size = 1024;
+    /// Most tensor entries in one file (a 70B model has about 700 tensors in all; the largest
+    /// mixture-of-experts checkpoints about 90,000 in all their shards together).
+    static constexpr std::size_t max_tensors = 131'072;
+    /// Most __metadata__ entries (checkpoints hold a handful; training tools about a hundred).
+    static constexpr std::size_t max_metadata_entries = 16'384;
 };
 
 namespace detail {

@@ -88,23 +88,34 @@ private:
         throw safetensors_file_error(file_, std::forward<Parts>(parts)...);
     }
 
-    /// Parses text[0, size) as JSON in two linear passes: a SAX pass that builds nothing and
-    /// rejects invalid JSON, nesting deeper than max_header_depth, arrays longer than
-    /// max_header_array_size and duplicate keys (which nlohmann's parser would silently resolve);
-    /// then the DOM. (nlohmann's callback parser is not used: it rescans the parent object after
-    /// every entry, quadratic in the number of tensors.) The DOM takes about ten times the header.
+    /// Parses text[0, size) as JSON in two linear passes: a SAX pass that keeps nothing but the
+    /// keys of the open objects and rejects invalid JSON, nesting deeper than max_header_depth,
+    /// arrays and entry objects larger than max_header_array_size, duplicate keys (which
+    /// nlohmann's parser would silently resolve), and more than max_tensors tensor entries or
+    /// max_metadata_entries __metadata__ entries; then the DOM. Past a count limit the pass keeps
+    /// no more keys and only counts, so that the message gives the count: a header of millions of
+    /// tiny entries costs no more than its own bytes until it is refused, and the DOM (about ten
+    /// times the bytes of the entries) is built only for a header within every limit.
+    /// (nlohmann's callback parser is not used: it rescans the parent object after every entry,
+    /// quadratic in the number of tensors.)
     nlohmann::json parse_json(const char* first, std::size_t size) const {
         struct Checker {
+            struct Container {
+                bool array = false;
+                bool metadata = false;        // the __metadata__ object
+                std::size_t members = 0;      // elements (array) or keys (object) so far
+                std::set<std::string> keys;   // keys seen, for duplicates (none kept past a count limit)
+            };
             const SafetensorsHeaderChecker& owner;
-            std::vector<std::set<std::string>> open_objects;  // keys seen so far, innermost object last
-            std::vector<std::size_t> open_arrays;             // elements so far, innermost array last
-            std::vector<bool> container_is_array;             // every open container, innermost last
-            std::string top_level_key;                        // the entry being parsed
+            std::vector<Container> open_containers;  // innermost last
+            std::string top_level_key;               // the entry being parsed
+            std::size_t tensor_entries = 0;
+            std::size_t metadata_entries = 0;
             std::string syntax_error;
 
             bool element() {  // a value (or a container) inside the innermost container
-                if (!container_is_array.empty() && container_is_array.back() &&
-                    ++open_arrays.back() > SafetensorsLimits::max_header_array_size) {
+                if (!open_containers.empty() && open_containers.back().array &&
+                    ++open_containers.back().members > SafetensorsLimits::max_header_array_size) {
                     owner.fail("the header holds an array of more than ", SafetensorsLimits::max_header_array_size,
                                " elements (a shape has at most that many dimensions)");
                 }
@@ -112,24 +123,15 @@ private:
             }
             bool open(bool array) {
                 element();
-                if (container_is_array.size() >= static_cast<std::size_t>(SafetensorsLimits::max_header_depth)) {
+                if (open_containers.size() >= static_cast<std::size_t>(SafetensorsLimits::max_header_depth)) {
                     owner.fail("the header nests deeper than ", SafetensorsLimits::max_header_depth, " levels");
                 }
-                container_is_array.push_back(array);
-                if (array) {
-                    open_arrays.push_back(0);
-                } else {
-                    open_objects.emplace_back();
-                }
+                const bool metadata = !array && open_containers.size() == 1 && top_level_key == "__metadata__";
+                open_containers.push_back({array, metadata, 0, {}});
                 return true;
             }
             bool close() {
-                if (container_is_array.back()) {
-                    open_arrays.pop_back();
-                } else {
-                    open_objects.pop_back();
-                }
-                container_is_array.pop_back();
+                open_containers.pop_back();
                 return true;
             }
             bool null() { return element(); }
@@ -144,8 +146,21 @@ private:
             bool start_array(std::size_t) { return open(true); }
             bool end_array() { return close(); }
             bool key(nlohmann::json::string_t& key) {
-                const bool top_level = container_is_array.size() == 1;
-                if (!open_objects.back().insert(key).second) {
+                Container& object = open_containers.back();
+                ++object.members;
+                const bool top_level = open_containers.size() == 1;
+                bool over_limit = false;  // counted, refused after the pass; keep no more keys
+                if (top_level) {
+                    if (key != "__metadata__") ++tensor_entries;
+                    over_limit = tensor_entries > SafetensorsLimits::max_tensors;
+                } else if (object.metadata) {
+                    ++metadata_entries;
+                    over_limit = metadata_entries > SafetensorsLimits::max_metadata_entries;
+                } else if (object.members > SafetensorsLimits::max_header_array_size) {
+                    owner.fail("the header holds an object of more than ", SafetensorsLimits::max_header_array_size,
+                               " members inside ", quote_json(top_level_key), " (an entry has 3)");
+                }
+                if (!over_limit && !object.keys.insert(key).second) {
                     if (top_level) owner.fail("duplicate key ", quote_json(key), " in the header");
                     owner.fail("duplicate key ", quote_json(key), " inside ", quote_json(top_level_key));
                 }
@@ -163,10 +178,19 @@ private:
             fail("the header is not valid JSON: it holds a NUL byte at header offset ",
                  static_cast<const char*>(nul) - first);
         }
-        Checker checker{*this, {}, {}, {}, {}, {}};
+        Checker checker{*this, {}, {}, 0, 0, {}};
+        checker.open_containers.reserve(SafetensorsLimits::max_header_depth);
         if (!nlohmann::json::sax_parse(first, first + size, &checker, nlohmann::json::input_format_t::json,
                                        /*strict=*/true, /*ignore_comments=*/false)) {
             fail("the header is not valid JSON: ", checker.syntax_error);
+        }
+        if (checker.tensor_entries > SafetensorsLimits::max_tensors) {
+            fail("the header holds ", checker.tensor_entries, " tensor entries, over the limit of ",
+                 SafetensorsLimits::max_tensors);
+        }
+        if (checker.metadata_entries > SafetensorsLimits::max_metadata_entries) {
+            fail("__metadata__ holds ", checker.metadata_entries, " entries, over the limit of ",
+                 SafetensorsLimits::max_metadata_entries);
         }
         try {
             return nlohmann::json::parse(first, first + size, nullptr, /*allow_exceptions=*/true,

@@ -62,14 +62,20 @@ private:
 /// order, data_offsets in that same order, the JSON header compact and padded with spaces to a
 /// multiple of 8 bytes (as the reference implementation writes it), data little-endian.
 /// Throws ShapeError for a negative dimension or missing data, Error for the reserved name
-/// "__metadata__", names or metadata that are not UTF-8, or a finite double beyond the float
-/// range (all before any file is touched). The file is written beside `path` and renamed over it
-/// once complete (detail::ReplacingFile): FileError, with the reason, when `path` is not a regular
-/// file (a symbolic link included) or cannot be written, and then `path` is left as it was.
+/// "__metadata__", names or metadata that are not UTF-8, a finite double beyond the float range,
+/// or more tensors, metadata entries or header bytes than SafetensorsLimits allows (all before any
+/// file is touched). The file is written beside `path` and renamed over it once complete
+/// (detail::ReplacingFile): FileError, with the reason, when `path` is not a regular file (a
+/// symbolic link included) or cannot be written, and then `path` is left as it was.
 /// Streams the data through a 4 KiB buffer: no allocation proportional to the tensors.
 inline void write_safetensors(const std::filesystem::path& path, const std::map<std::string, TensorView>& tensors,
                               const std::map<std::string, std::string>& metadata = {}) {
     const std::string file = path.string();
+    require<Error>(tensors.size() <= SafetensorsLimits::max_tensors, "write_safetensors: ", tensors.size(),
+                   " tensors, over the limit of ", SafetensorsLimits::max_tensors, " that SafetensorsFile reads");
+    require<Error>(metadata.size() <= SafetensorsLimits::max_metadata_entries, "write_safetensors: ", metadata.size(),
+                   " metadata entries, over the limit of ", SafetensorsLimits::max_metadata_entries,
+                   " that SafetensorsFile reads");
     nlohmann::ordered_json header = nlohmann::ordered_json::object();
     if (!metadata.empty()) {
         nlohmann::ordered_json& entries = header["__metadata__"] = nlohmann::ordered_json::object();
