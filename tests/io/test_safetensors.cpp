@@ -481,3 +481,35 @@ TEST_CASE("safetensors: a header of many tensors is read in linear time", "[io][
     CHECK(file.tensor_count() == static_cast<std::size_t>(count));
     CHECK(file.tensors().count("t99999") == 1);
 }
+
+TEST_CASE("safetensors: a count of one is singular in messages", "[io][safetensors]") {
+    // "1 byte", "1 tensor": never "1 bytes" (issue 17).
+    const auto message_of_bytes = [](const Bytes& bytes) {
+        return error_message<diffattn::FileError>([&] { (void)SafetensorsFile::from_bytes(bytes, "one.safetensors"); });
+    };
+    const std::vector<std::string> messages = {
+        message_of_bytes({0x00}),                                              // the file is 1 byte
+        message_of_bytes(make_file("{}", {0x00})),                             // 1 byte belongs to no tensor
+        message_of_bytes(make_file(R"({"w":{"dtype":"F32","shape":[],"data_offsets":[1,5]}})", {0, 0, 0, 0, 0})),
+        message_of_bytes(make_file(R"({"w":{"dtype":"F16","shape":[1],"data_offsets":[0,1]}})", {0})),
+        message_of_bytes(make_file(R"({"w":{"dtype":"F16","shape":[1],"data_offsets":[0,2]}})", {0})),
+    };
+    const std::vector<std::string> expected = {
+        "the file is 1 byte, too short",
+        "1 byte before the end of file belongs to no tensor",
+        "gap of 1 byte at the start of the data section",
+        "needs 2 bytes but data_offsets [0, 1] span 1 byte",
+        "run past the end of file (the data section holds 1 byte)",
+    };
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+        INFO("message: " << messages[i]);
+        CHECK(messages[i].find(expected[i]) != std::string::npos);
+        CHECK(messages[i].find("1 bytes") == std::string::npos);
+    }
+    const Bytes one_tensor = make_file(R"({"w":{"dtype":"F32","shape":[],"data_offsets":[0,4]}})", {0, 0, 0, 0});
+    const SafetensorsFile file = SafetensorsFile::from_bytes(one_tensor, "one.safetensors");
+    const std::string missing = error_message<diffattn::FileError>([&] { (void)file.info("v"); });
+    CHECK(missing.find("(the file holds 1 tensor)") != std::string::npos);
+    const std::string unexpected = error_message<diffattn::FileError>([&] { file.check_no_unexpected({}); });
+    CHECK(unexpected.find("1 unexpected tensor: \"w\"") != std::string::npos);
+}
