@@ -69,11 +69,14 @@ TEST_CASE("safetensors: more __metadata__ entries than the limit are refused, wi
                        std::to_string(limit)) != std::string::npos);
 }
 
-TEST_CASE("safetensors: an entry object with more members than arrays may hold is refused", "[io][safetensors][limits]") {
+TEST_CASE("safetensors: an entry object with more members than arrays may hold is refused",
+          "[io][safetensors][limits]") {
     // An entry has exactly three keys; one with thousands is refused while parsing, before its
     // keys are kept: "w": {"dtype": ..., "x0": 0, "x1": 0, ...}.
     std::string header = R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[0,0])";
-    for (std::size_t i = 0; i < SafetensorsLimits::max_header_array_size; ++i) header += ",\"x" + std::to_string(i) + "\":0";
+    for (std::size_t i = 0; i < SafetensorsLimits::max_header_array_size; ++i) {
+        header += ",\"x" + std::to_string(i) + "\":0";
+    }
     header += "}}";
     const std::string message = header_error(header);
     INFO("message: " << message);
@@ -135,13 +138,17 @@ TEST_CASE("safetensors: the writer refuses what the reader would", "[io][safeten
     const fs::path path = dir.path / "never.safetensors";
     const float none[1] = {0.0f};
     std::map<std::string, TensorView> tensors;
-    for (std::size_t i = 0; i <= SafetensorsLimits::max_tensors; ++i) tensors.emplace("t" + std::to_string(i), TensorView({0}, none));
+    for (std::size_t i = 0; i <= SafetensorsLimits::max_tensors; ++i) {
+        tensors.emplace("t" + std::to_string(i), TensorView({0}, none));
+    }
     const std::string message = error_message<diffattn::Error>([&] { diffattn::write_safetensors(path, tensors); });
     CHECK(message.find(std::to_string(SafetensorsLimits::max_tensors + 1) + " tensors") != std::string::npos);
     CHECK(message.find("limit of " + std::to_string(SafetensorsLimits::max_tensors)) != std::string::npos);
 
     std::map<std::string, std::string> metadata;
-    for (std::size_t i = 0; i <= SafetensorsLimits::max_metadata_entries; ++i) metadata.emplace("k" + std::to_string(i), "");
+    for (std::size_t i = 0; i <= SafetensorsLimits::max_metadata_entries; ++i) {
+        metadata.emplace("k" + std::to_string(i), "");
+    }
     const std::string metadata_message =
         error_message<diffattn::Error>([&] { diffattn::write_safetensors(path, {}, metadata); });
     CHECK(metadata_message.find(std::to_string(SafetensorsLimits::max_metadata_entries + 1) + " metadata entries") !=

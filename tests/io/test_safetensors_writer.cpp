@@ -258,7 +258,8 @@ TEST_CASE("safetensors: only a regular file is replaced", "[io][safetensors][wri
         if (!fs::is_character_file("/dev/full")) {
             WARN("skipped: no /dev/full");
         } else {
-            check_fragments(write_error("/dev/full", data), {"\"/dev/full\"", "not a regular file but a character device"});
+            check_fragments(write_error("/dev/full", data),
+                            {"\"/dev/full\"", "not a regular file but a character device"});
             CHECK(fs::is_character_file("/dev/full"));
         }
     }

@@ -13,13 +13,14 @@
 #include "diffattn/core/error.hpp"
 #include "diffattn/io/file_kind.hpp"
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
-#include <random>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -122,14 +123,20 @@ private:
         return error != 0 ? std::generic_category().message(error) : std::string("unknown error");
     }
 
-    /// Creates ".<target name>.<16 random hex digits>.tmp" beside the target, exclusively
-    /// (fopen "x": O_CREAT | O_EXCL), trying other names while one exists.
+    /// Creates ".<target name>.<16 hex digits>.tmp" beside the target, exclusively (fopen "x":
+    /// O_CREAT | O_EXCL), trying other names while one exists. The digits mix the clock, a counter
+    /// and this object's address: they only make a clash unlikely; "x" makes one harmless.
     void create_temporary() {
         std::string stem = target_.filename().string();
         if (stem.size() > 64) stem.resize(64);  // the name stays well under NAME_MAX
-        std::random_device random;
+        static std::atomic<std::uint64_t> counter{0};
         for (int attempt = 0;; ++attempt) {
-            const std::uint64_t tag = (std::uint64_t{random()} << 32) ^ random();
+            const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+            std::uint64_t tag = static_cast<std::uint64_t>(now) ^ (counter++ << 48) ^
+                                static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(this));
+            tag = (tag ^ (tag >> 30)) * 0xbf58476d1ce4e5b9ULL;  // splitmix64's finaliser
+            tag = (tag ^ (tag >> 27)) * 0x94d049bb133111ebULL;
+            tag ^= tag >> 31;
             char hex[17];
             std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(tag));
             temporary_ = target_.parent_path() / ("." + stem + "." + hex + ".tmp");

@@ -1,5 +1,5 @@
-// The safetensors format (SPEC 5) as the reader and the writer share it: the dtypes, the checked
-// size of a tensor, and the limits of what diffattn reads (and therefore writes).
+// The safetensors format (docs/math.md §5) as the reader and the writer share it: the dtypes,
+// the checked size of a tensor, and the limits of what diffattn reads (and therefore writes).
 //
 // File layout:
 //   bytes [0, 8)            N, the header length: a little-endian u64

@@ -1,6 +1,6 @@
-// The safetensors header checker (SPEC 5): parses the JSON header of a safetensors file and
-// validates all of it, every entry and the layout of the data section, before any tensor data
-// is read. Every problem is a FileError "safetensors file \"<path>\": ..." naming the tensor
+// The safetensors header checker (docs/math.md §5): parses the JSON header of a safetensors
+// file and validates all of it, every entry and the layout of the data section, before any tensor
+// data is read. Every problem is a FileError "safetensors file \"<path>\": ..." naming the tensor
 // where there is one; docs/safetensors.md lists what is accepted and what is rejected.
 #pragma once
 
@@ -94,7 +94,7 @@ private:
     /// nlohmann's parser would silently resolve), and more than max_tensors tensor entries or
     /// max_metadata_entries __metadata__ entries; then the DOM. Past a count limit the pass keeps
     /// no more keys and only counts, so that the message gives the count: a header of millions of
-    /// tiny entries costs no more than its own bytes until it is refused, and the DOM (about ten
+    /// tiny entries costs little more than its own bytes until it is refused, and the DOM (about ten
     /// times the bytes of the entries) is built only for a header within every limit.
     /// (nlohmann's callback parser is not used: it rescans the parent object after every entry,
     /// quadratic in the number of tensors.)
@@ -248,8 +248,8 @@ private:
             }
             info.shape.push_back(static_cast<Index>(dim));
         }
-        const TensorSize size =
-            checked_tensor_size(info.shape, info.dtype, [&](const std::string& problem) { fail(tensor, ": ", problem); });
+        const auto size_problem = [&](const std::string& problem) { fail(tensor, ": ", problem); };
+        const TensorSize size = checked_tensor_size(info.shape, info.dtype, size_problem);
         info.num_elements = size.elements;
 
         const nlohmann::json& offsets = entry.at("data_offsets");
@@ -316,8 +316,8 @@ private:
             }
             if (span.begin > cursor) {
                 if (previous == nullptr) {
-                    fail("gap of ", bytes_count(span.begin - cursor),
-                         " at the start of the data section: the first tensor ", where(), " does not begin at offset 0");
+                    fail("gap of ", bytes_count(span.begin - cursor), " at the start of the data section: ",
+                         "the first tensor ", where(), " does not begin at offset 0");
                 }
                 fail("gap of ", bytes_count(span.begin - cursor), " between tensor ", quote_json(*previous->name), " [",
                      previous->begin, ", ", previous->end, "] and tensor ", where());
@@ -330,7 +330,8 @@ private:
         if (cursor != data_size_) {
             const std::uint64_t unclaimed = data_size_ - cursor;
             fail("the tensors end at byte ", cursor, " of the ", data_size_, "-byte data section: ",
-                 bytes_count(unclaimed), " before the end of file ", unclaimed == 1 ? "belongs" : "belong", " to no tensor");
+                 bytes_count(unclaimed), " before the end of file ", unclaimed == 1 ? "belongs" : "belong",
+                 " to no tensor");
         }
     }
 

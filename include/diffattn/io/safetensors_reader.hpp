@@ -1,4 +1,4 @@
-// Reading safetensors files (SPEC 5), the Hugging Face weight format.
+// Reading safetensors files (docs/math.md §5), the Hugging Face weight format.
 //
 // SafetensorsFile reads a whole file, has check_safetensors_header validate ALL of it (header
 // length, JSON, every entry, the byte layout of the data section) in its constructor, and only
@@ -137,7 +137,8 @@ public:
             ++unexpected;
         }
         if (unexpected != 0) {
-            fail(detail::Counted{unexpected, "unexpected tensor"}, ": ", listed, unexpected > listed_max ? ", ..." : "");
+            fail(detail::Counted{unexpected, "unexpected tensor"}, ": ", listed,
+                 unexpected > listed_max ? ", ..." : "");
         }
     }
 
@@ -212,8 +213,8 @@ private:
     const TensorInfo& require_rank(const std::string& name, std::size_t rank, const char* what) const {
         const TensorInfo& tensor = info(name);
         if (tensor.shape.size() != rank) {
-            fail("tensor ", detail::quote_json(name), " has shape ", detail::format_tensor_shape(tensor.shape), ", not ",
-                 what);
+            fail("tensor ", detail::quote_json(name), " has shape ", detail::format_tensor_shape(tensor.shape),
+                 ", not ", what);
         }
         return tensor;
     }
@@ -289,18 +290,22 @@ private:
     void convert(const std::string& name, const TensorInfo& tensor, T* dst) const {
         const unsigned char* src = bytes_.data() + data_start_ + tensor.data_begin;
         const Index count = tensor.num_elements;
+        using detail::load_u16_le;
+        using detail::load_u32_le;
         const auto decode_each = [&](std::size_t element_bytes, auto decode) {  // decode: bytes -> float
-            for (Index i = 0; i < count; ++i) dst[i] = static_cast<T>(decode(src + element_bytes * static_cast<std::size_t>(i)));
+            for (Index i = 0; i < count; ++i) {
+                dst[i] = static_cast<T>(decode(src + element_bytes * static_cast<std::size_t>(i)));
+            }
         };
         switch (tensor.dtype) {
             case SafetensorsDtype::f32:
-                decode_each(4, [](const unsigned char* p) { return detail::float_from_bits(detail::load_u32_le(p)); });
+                decode_each(4, [](const unsigned char* p) { return detail::float_from_bits(load_u32_le(p)); });
                 break;
             case SafetensorsDtype::f16:
-                decode_each(2, [](const unsigned char* p) { return detail::f16_bits_to_float(detail::load_u16_le(p)); });
+                decode_each(2, [](const unsigned char* p) { return detail::f16_bits_to_float(load_u16_le(p)); });
                 break;
             case SafetensorsDtype::bf16:
-                decode_each(2, [](const unsigned char* p) { return detail::bf16_bits_to_float(detail::load_u16_le(p)); });
+                decode_each(2, [](const unsigned char* p) { return detail::bf16_bits_to_float(load_u16_le(p)); });
                 break;
             case SafetensorsDtype::f64:
                 for (Index i = 0; i < count; ++i) {

@@ -1,5 +1,5 @@
-// Writing safetensors files (SPEC 5): write_safetensors writes F32 tensors from float or double
-// data, deterministically, in the layout SafetensorsFile reads; docs/safetensors.md.
+// Writing safetensors files (docs/math.md §5): write_safetensors writes F32 tensors from float
+// or double data, deterministically, in the layout SafetensorsFile reads; docs/safetensors.md.
 #pragma once
 
 #include "diffattn/core/error.hpp"
