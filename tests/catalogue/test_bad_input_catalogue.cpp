@@ -3,6 +3,7 @@
 // message, or the defined output). The ctest docs_catalogue keeps the two in step: a row without
 // its TEST_CASE, or a TEST_CASE without its row, fails.
 #include "../error_messages.hpp"
+#include "../io/safetensors_test_support.hpp"
 #include "../model/model_files.hpp"
 
 #include "diffattn/kernels/diff_attention.hpp"
@@ -19,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -86,6 +88,21 @@ TEST_CASE("malformed safetensors file", "[catalogue][files]") {
     const fs::path weights = dir.path() / "model.safetensors";
     fs::resize_file(weights, fs::file_size(weights) - 4);
     CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path()), "model.safetensors", "run past the end of file");
+}
+
+TEST_CASE("safetensors header with too many entries", "[catalogue][files]") {
+    // Refused after a pass that keeps nothing past the limit, before any entry is built: a header
+    // of millions of tiny entries costs its own bytes, not gigabytes (docs/safetensors.md, "Limits").
+    const auto load = [](const std::string& header) {
+        return SafetensorsFile::from_bytes(io_test::make_file(header, {}), "model.safetensors");
+    };
+    const std::size_t tensors = SafetensorsLimits::max_tensors;
+    const std::size_t metadata = SafetensorsLimits::max_metadata_entries;
+    CHECK_ERROR(FileError, load(io_test::many_entries_header(tensors + 1, 0)), "model.safetensors",
+                "the header holds 131073 tensor entries, over the limit of 131072");
+    CHECK_ERROR(FileError, load(io_test::many_entries_header(1, metadata + 1)), "model.safetensors",
+                "__metadata__ holds 16385 entries, over the limit of 16384");
+    CHECK(load(io_test::many_entries_header(1, metadata)).metadata().size() == metadata);
 }
 
 TEST_CASE("model file that does not match its config", "[catalogue][files]") {
@@ -211,6 +228,50 @@ TEST_CASE("path the file system cannot resolve", "[catalogue][files]") {
         fs::permissions(dir.path() / "locked", fs::perms::owner_all);
         check_words(message, {"model directory", "cannot access it: Permission denied"});
     }
+}
+
+TEST_CASE("write target that is not a regular file", "[catalogue][files][write]") {
+    // Refused before anything is opened or created; the target is left as it was. A FIFO without a
+    // reader would block an open() for writing forever; /dev/full was once removed by a failed write.
+    model_test::TempDir dir;
+    const Vector<float> v = Vector<float>::Ones(4);
+    if (fs::is_character_file("/dev/full")) {
+        CHECK_ERROR(FileError, write_safetensors("/dev/full", {{"v", v}}), "write_safetensors", "\"/dev/full\"",
+                    "not a regular file but a character device");
+        CHECK(fs::is_character_file("/dev/full"));
+    }
+    const fs::path fifo = dir.path() / "logits.safetensors";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    CHECK_ERROR(FileError, write_safetensors(fifo, {{"v", v}}), "logits.safetensors", "not a regular file", "FIFO");
+    CHECK(fs::is_fifo(fifo));
+    CHECK_ERROR(FileError, write_safetensors(dir.path(), {{"v", v}}), "is a directory");
+    // A symbolic link is neither followed nor replaced (docs/safetensors.md says why).
+    const fs::path link = dir.path() / "link.safetensors";
+    fs::create_symlink("logits.safetensors", link);
+    CHECK_ERROR(FileError, write_safetensors(link, {{"v", v}}), "link.safetensors",
+                "is a symbolic link (to \"logits.safetensors\")");
+    CHECK(fs::is_symlink(link));
+}
+
+TEST_CASE("failed write", "[catalogue][files][write]") {
+    // The file is written beside the target and renamed over it only when complete: a write error
+    // (here EFBIG from a 4 KiB file-size limit; a full disk gives ENOSPC) names the reason and leaves
+    // an existing file byte for byte as it was, with no temporary file behind.
+    model_test::TempDir dir;
+    const fs::path target = dir.path() / "logits.safetensors";
+    const Vector<float> small = Vector<float>::Ones(4);
+    write_safetensors(target, {{"logits", small}});
+    const io_test::Bytes before = io_test::read_bytes(target);
+    const Vector<float> big = Vector<float>::Ones(4096);
+    {
+        io_test::FileSizeLimit limit(4096);
+        CHECK_ERROR(FileError, write_safetensors(target, {{"logits", big}}), "write_safetensors",
+                    "logits.safetensors\" was not written", "File too large", "the file is left as it was");
+    }
+    CHECK(io_test::read_bytes(target) == before);
+    CHECK(io_test::entries_of(dir.path()) == std::set<std::string>{"logits.safetensors"});
+    CHECK_ERROR(FileError, write_safetensors(dir.path() / "absent" / "x.safetensors", {{"logits", small}}),
+                "x.safetensors", "No such file or directory");
 }
 
 TEST_CASE("huge or garbage config.json", "[catalogue][files][config]") {
