@@ -1,4 +1,4 @@
-// Per-token decode time with a KV cache against a full recompute (SPEC 6).
+// Per-token decode time with a KV cache against a full recompute (docs/math.md §6).
 //
 // Model: seeded, hidden_size 256, 4 layers, 4 heads (no GQA), intermediate_size 683, vocab 512,
 // attention dint (causal_softmax) or diff; float; attention heads on T threads

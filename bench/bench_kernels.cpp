@@ -357,7 +357,7 @@ void register_all(const bench::BenchArgs& args) {
                 c.kind = Kind::dint;
                 for (DintIntegral integral :
                      {DintIntegral::causal_softmax, DintIntegral::causal_mean, DintIntegral::global_mean}) {
-                    if (integral == DintIntegral::global_mean && causal) continue;  // needs mask none (SPEC 2.3)
+                    if (integral == DintIntegral::global_mean && causal) continue;  // needs mask none (docs/math.md §2.3)
                     c.integral = integral;
                     cases.push_back(c);
                 }

@@ -2,7 +2,7 @@
 // next-token prediction.
 //
 //   diffattn-forward                           the embedded demo model (no files needed)
-//   diffattn-forward --model DIR               DIR/config.json + DIR/model.safetensors (SPEC 5)
+//   diffattn-forward --model DIR               DIR/config.json + DIR/model.safetensors (docs/math.md §5)
 //   diffattn-forward --tokens "3 14 15 92"     the input token ids
 //   diffattn-forward --logits out.safetensors  also write all logits as F32 tensor `logits` [tokens, vocab]
 //   diffattn-forward --threads 4               attention heads on 4 threads (OpenMP builds)
@@ -87,7 +87,7 @@ void print_help(std::ostream& out) {
            "Runs a differential-attention decoder (diffattn) over a token sequence and prints the\n"
            "configuration, the parameter count, the time and the top-5 next tokens.\n"
            "\n"
-           "  --model DIR        model directory with config.json and model.safetensors (SPEC 5).\n"
+           "  --model DIR        model directory with config.json and model.safetensors (docs/math.md §5).\n"
            "                     Default: an embedded demo DINT model with seeded weights\n"
            "                     (hidden_size 64, 4 heads, 2 kv heads, 2 layers, vocab 256).\n"
            "  --tokens \"...\"     token ids separated by spaces or commas. Default: the digits of\n"
@@ -102,7 +102,7 @@ void print_help(std::ostream& out) {
            "                     number) and print them as one line\n"
            "                     \"generated: <id> <id> ...\", with the time per token. Uses a KV\n"
            "                     cache: the tokens are prefilled in one call, then each new token\n"
-           "                     is one decode call (SPEC 6). Not for encoder or DINT global_mean\n"
+           "                     is one decode call (docs/math.md §6). Not for encoder or DINT global_mean\n"
            "                     models (add --no-cache).\n"
            "  --no-cache         with --generate: recompute the full forward over all tokens at\n"
            "                     every step instead (same tokens, slower).\n"

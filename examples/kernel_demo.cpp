@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
     const Matrix q1 = random_matrix(n, d, rng), k1 = random_matrix(n, d, rng);
     const Matrix q2 = random_matrix(n, d, rng), k2 = random_matrix(n, d, rng);
     const Matrix v = random_matrix(n, 2 * d, rng);
-    const float lambda = 0.8f - 0.6f * std::exp(-0.3f * 1);  // lambda_init at depth 1 (SPEC 2.5)
+    const float lambda = 0.8f - 0.6f * std::exp(-0.3f * 1);  // lambda_init at depth 1 (docs/math.md §2.5)
     diffattn::AttentionOptions causal;                         // causal mask, scale 1/sqrt(d)
     diffattn::AttentionOptions bidirectional;
     bidirectional.mask = diffattn::MaskKind::none;

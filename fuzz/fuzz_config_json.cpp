@@ -1,6 +1,6 @@
 // fuzz_config_json: config.json text -> ModelConfig (model/config_json.hpp), and a tiny model.
 //
-// Contract checked (SPEC 5, model/config_json.hpp):
+// Contract checked (docs/math.md §5, model/config_json.hpp):
 //  - any text is either a ModelConfig or a ConfigError (bad JSON, bad or missing values);
 //    nothing else may escape, crash or hang;
 //  - an accepted config survives model_config_to_json -> text -> model_config_from_json_text

@@ -11,10 +11,10 @@
 //
 // Contract checked:
 //  - an invalid call throws a diffattn::Error; a valid one does not; nothing else escapes;
-//  - a valid call writes every output entry; a query row allowed no key is exactly zero (SPEC 1);
+//  - a valid call writes every output entry; a query row allowed no key is exactly zero (docs/math.md §1);
 //    a DINT history advances by N rows; a second call with the same workspace gives the same bits;
 //  - on the kernel tests' domain (finite values with |x| <= 1, |lambda| <= 1, scale <= 2.5 or
-//    the default, no or a consistent history) the output meets SPEC 7 against the plain
+//    the default, no or a consistent history) the output meets docs/math.md §7 against the plain
 //    reference (kernels/reference.hpp), with exactly the check of the kernel tests
 //    (tests/kernels/test_support.hpp: spec7_accuracy). Outside it the "2x the plain error"
 //    bound is decided by the rounding luck of single rows (docs/fuzzing.md), so only the other
@@ -433,7 +433,7 @@ void run(const Case& c) {
     const RowMatrix<T> out = *b.out;
     const Index n = q1.rows(), s = k1.rows();
     const Index valid_len = c.options.valid_len ? *c.options.valid_len : s;
-    // SPEC 1: a query allowed no key has an all-zero row, whatever the values (even NaN).
+    // docs/math.md §1: a query allowed no key has an all-zero row, whatever the values (even NaN).
     for (Index row = 0; row < n; ++row) {
         if (!reference::row_has_allowed_key(c.options.mask, row, n, s, valid_len) && !out.row(row).isZero(0)) {
             finding(what, ": row ", row, " sees no key but its output is not zero");
@@ -460,7 +460,7 @@ void run(const Case& c) {
         }
     }
 
-    // SPEC 7 against the reference, on the kernel tests' domain.
+    // docs/math.md §7 against the reference, on the kernel tests' domain.
     if (history && !consistent_history) return note(type, " valid, not compared: inconsistent history");
     long double max_input = 0;
     bool finite = true;
@@ -509,11 +509,11 @@ void run(const Case& c) {
     }
     const test::Accuracy accuracy = test::spec7_accuracy<T>(out, plain, oracle, fallback);
     if (!accuracy.ok()) {
-        finding(what, ": SPEC 7 violated: fast error ", static_cast<double>(accuracy.fast_error), ", plain ", type,
+        finding(what, ": docs/math.md §7 violated: fast error ", static_cast<double>(accuracy.fast_error), ", plain ", type,
                 " reference error ", static_cast<double>(accuracy.plain_error), ", tolerance ",
                 static_cast<double>(accuracy.tolerance));
     }
-    note(type, " valid, SPEC 7 ok: fast error ", static_cast<double>(accuracy.fast_error), " <= tolerance ",
+    note(type, " valid, docs/math.md §7 ok: fast error ", static_cast<double>(accuracy.fast_error), " <= tolerance ",
          static_cast<double>(accuracy.tolerance), " (", c.describe(), ")");
 }
 

@@ -1,7 +1,7 @@
 // fuzz_safetensors: the safetensors reader (io/safetensors.hpp) on arbitrary bytes.
 //
 // The bytes are the whole file, given to SafetensorsFile::from_bytes (no temporary file).
-// Contract checked (SPEC 5, docs/safetensors.md):
+// Contract checked (docs/math.md §5, docs/safetensors.md):
 //  - any input is either accepted or rejected with a FileError; nothing else may escape, and
 //    nothing may crash, read out of bounds or allocate more than the file's size calls for;
 //  - an accepted file is consistent: its tensors tile the data section exactly, and every tensor

@@ -97,7 +97,7 @@ MODELS = [
                              "vocab_size": 61, "tie_word_embeddings": False},
      301, 16, "F32",
      "DINT causal_softmax; MINIMAL config.json: num_key_value_heads, rms_norm_eps, rope_theta, "
-     "dint_integral, diff_gqa_pairing and causal are omitted and must take their SPEC defaults "
+     "dint_integral, diff_gqa_pairing and causal are omitted and must take their documented defaults "
      "(H, 1e-5, 10000, causal_softmax, per_head, true)"),
     ("dint_causal_mean", base_cfg("dint", 16, 2, dint_integral="causal_mean"), 302, 14, "F32",
      "DINT causal_mean"),
@@ -512,7 +512,7 @@ def kernel_causal_cache(name, seed, S, N, d, dv, lam):
     for nm in ("softmax", "diff", "dint_causal_softmax", "dint_causal_mean"):
         check("kernel %s: %s with cache == last rows of full" % (name, nm),
               maxabs(out[nm], out[nm + "_full"][C:]) < 1e-13)
-    # SPEC 6 incremental state of the cached rows
+    # docs/math.md §6 incremental state of the cached rows
     check("kernel %s: cached A1 rows vanish beyond column C" % name,
           float(hist[:, C:].abs().max()) == 0.0 if C > 0 else True)
     colsum = hist.sum(0)[:C]
@@ -636,7 +636,7 @@ def models_readme(results):
         "# Golden models",
         "",
         "Tiny random models with float64 golden logits from the independent PyTorch reference",
-        "`tools/torch_reference.py` (a literal transcription of SPEC.md sections 2-5, attention",
+        "`tools/torch_reference.py` (a literal transcription of docs/math.md §2-5, attention",
         "matrices materialised, float64 throughout). Regenerate (deterministic, seeded) with",
         "",
         "    /usr/bin/python3 tools/make_golden_models.py",
@@ -645,8 +645,8 @@ def models_readme(results):
         "`tests/data/kernels/` and runs its self-checks every time.",
         "",
         "Each directory holds",
-        "- `config.json`: the SPEC 5 keys;",
-        "- `model.safetensors`: the weights (F32, except `diff_bf16`: BF16), names as SPEC 3 and 5;",
+        "- `config.json`: the docs/math.md §5 keys;",
+        "- `model.safetensors`: the weights (F32, except `diff_bf16`: BF16), names as docs/math.md §3 and 5;",
         "- `golden.safetensors`: `tokens` (F64, shape [T], integer token ids stored as doubles)",
         "  and `logits` (F64, shape [T, vocab_size]): a full forward over the T tokens at",
         "  positions 0..T-1, computed in float64 from the exact values stored in",
@@ -687,7 +687,7 @@ def models_readme(results):
         "N(0, 1.2/sqrt(D)); shared_diff factors *_a N(0,1/sqrt(D)) and *_b N(0,0.6/sqrt(r)); every",
         "other matrix N(0, 1/sqrt(fan_in)). Tokens uniform in [0, vocab).",
         "",
-        "Choices made where SPEC.md is silent are listed in tools/GOLDEN_NOTES.md.",
+        "Choices made where the math contract (docs/math.md) is silent are listed in tools/GOLDEN_NOTES.md.",
         "",
     ]
     return "\n".join(lines)
@@ -700,8 +700,8 @@ reference `tools/torch_reference.py`. Every tensor is **F64**; shapes are row-ma
 `[rows, cols]`. Scalars are stored as F64 tensors of shape [1] (`lambda`, `scale`, and where
 present `valid_len`, `hist_rows`) and repeated, as JSON text, in the `__metadata__` of each file.
 Every file holds the inputs `q1, k1, q2, k2` ([S, d]) and `v` ([S, dv]). Softmax attention
-(SPEC 2.1) uses `q = q1`, `k = k1`. `scale` is the score scale s (1/sqrt(d) everywhere except
-`scale.safetensors`). DINT uses gamma = lambda (SPEC 2.3).
+(docs/math.md §2.1) uses `q = q1`, `k = k1`. `scale` is the score scale s (1/sqrt(d) everywhere except
+`scale.safetensors`). DINT uses gamma = lambda (docs/math.md §2.3).
 
 ## causal_cache.safetensors  (S = 8, N = 5, d = 8, dv = 16, lambda = 0.55, causal)
 The sequence has S = 8 rows; the first C = S - N = 3 are "cached". `q1, q2` hold ALL S query
@@ -711,7 +711,7 @@ rows (the cached rows are needed by the causal DINT modes); the N new queries ar
 - `softmax, diff, dint_causal_softmax, dint_causal_mean` [N, dv]: outputs for queries
   `q1[3:], q2[3:]` against all S keys with the causal offset S - N = 3 (query n sees keys
   j <= n + 3). They equal rows 3..7 of the `*_full` outputs (checked to 1e-13).
-- SPEC 6 incremental state after the C cached rows, for a kernel that takes a history:
+- docs/math.md §6 incremental state after the C cached rows, for a kernel that takes a history:
   `hist_rows` [1] = 3 (rows seen so far), `hist_a1_colsum` [C] = column sums of the A1 rows
   0..C-1 (A1 of a cached row m has zeros beyond key m, so only C columns), `hist_o1_sum` [dv] =
   sum of the O1 = A1 V rows 0..C-1. (Producing this state by running the kernel on the first C
@@ -738,18 +738,18 @@ Non-default score scale s = 0.7 (not 1/sqrt(8)): `softmax, diff, dint_causal_sof
 """
 
 
-NOTES = """# Choices made by the golden generator where SPEC.md is silent or ambiguous
+NOTES = """# Choices made by the golden generator where the math contract (docs/math.md) is silent or ambiguous
 
 (tools/torch_reference.py + tools/make_golden_models.py; written independently of the C++ code.)
 
 1. RoPE rotation direction: pair (x[2i], x[2i+1]) -> (x0 cos a - x1 sin a, x0 sin a + x1 cos a),
    a = pos * theta^(-2i/d) (the flash-attn `interleaved=True` convention used by the official
-   DIFF code). SPEC gives pairs and angle but not the sign; the opposite sign gives different
-   logits. The frequency exponent uses d = the rotated sub-head width (d of SPEC 3.1/3.3,
+   DIFF code). the contract gives pairs and angle but not the sign; the opposite sign gives different
+   logits. The frequency exponent uses d = the rotated sub-head width (d of docs/math.md §3.1/3.3,
    D/H for softmax, head_dim for diff_v2).
 2. RoPE is applied in encoder mode (causal: false) too, positions 0..T-1.
 3. subln weight is initialised 1 + N(0,0.1) (not 1) so a wrong/ignored subln weight is caught;
-   subln eps is always 1e-5, independent of rms_norm_eps (SPEC 3.1 / 4).
+   subln eps is always 1e-5, independent of rms_norm_eps (docs/math.md §3.1 / 4).
 4. shared_diff: rotary is applied to Q1, Q2, K1, K2 of every head after the (base + low-rank)
    projection; v_proj is D -> D viewed as H heads of 2d; num_key_value_heads must equal H.
 5. diff_v2: lambda_proj.weight has shape [H, D] and is applied to the attention module's input
@@ -759,14 +759,14 @@ NOTES = """# Choices made by the golden generator where SPEC.md is silent or amb
    is computed with the row max subtracted. G's masked entries are not used.
 7. global_mean is rejected (ValueError) for a causal mask or a non-empty history; it is allowed
    with key padding (the padded columns of A1 are zero so g is zero there).
-8. Golden tokens are stored as F64 (SPEC's reader accepts F32/F16/BF16/F64 only, no integer
+8. Golden tokens are stored as F64 (the contract's reader accepts F32/F16/BF16/F64 only, no integer
    dtype); logits as F64 [T, V]. Kernel scalars are F64 tensors of shape [1] (not 0-d) and are
    repeated in `__metadata__` as JSON strings.
 9. model.safetensors carries `__metadata__` {"format": "pt"}; tensors are written in the order
    embed_tokens, then per layer input_layernorm, self_attn.*, post_attention_layernorm, mlp.*,
    then model.norm, lm_head. The header is padded with spaces to a multiple of 8.
-10. config.json always contains tie_word_embeddings (SPEC gives no default for it); the
-   `dint_causal_softmax` model deliberately omits every key that has a SPEC default
+10. config.json always contains tie_word_embeddings (the contract gives no default for it); the
+   `dint_causal_softmax` model deliberately omits every key that has a documented default
    (num_key_value_heads, rms_norm_eps, rope_theta, dint_integral, diff_gqa_pairing, causal).
    Other models write `diff_gqa_pairing` only for diff/dint, `dint_integral` only for dint,
    `shared_diff_rank` only for shared_diff and `head_dim` only for diff_v2.
@@ -783,10 +783,10 @@ NOTES = """# Choices made by the golden generator where SPEC.md is silent or amb
    observable); at D=16 that makes d=2: a single rotary pair whose frequency is theta^0 = 1,
    so rope_theta has no effect on those three models (it is covered elsewhere).
 16. lambda_q1/k1/q2/k2 are drawn N(0, 0.2) (the brief suggested 0.1) so lambda differs from
-   lambda_init by a visible amount; lambda is sometimes negative or near 0 (allowed by SPEC).
+   lambda_init by a visible amount; lambda is sometimes negative or near 0 (allowed by the contract).
 17. global_mean with key padding averages all N query rows of A1 (padded key columns are 0).
 18. The DINT causal modes are only produced with a causal mask; their value under mask none is
-   not part of any golden (SPEC only defines global_mean there).
+   not part of any golden (the contract only defines global_mean there).
 19. diff_v2 models use head_dim 6 (not D/H or D/2H) so code deriving head_dim from D is caught;
    H=4, Hkv=2, so 4 query heads share each kv head.
 """

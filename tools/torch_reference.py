@@ -1,12 +1,12 @@
 #!/usr/bin/python3
-"""Independent float64 PyTorch transcription of the diffattn math contract (SPEC.md sections 1-5).
+"""Independent float64 PyTorch transcription of the diffattn math contract (docs/math.md §1-5).
 
-This file is written from /work/shared/SPEC.md and the papers only; it does not look at the C++
+This file is written from the math contract (now docs/math.md) and the papers only; it does not look at the C++
 code. Every function computes in torch.float64 and materialises attention matrices literally,
 so it is slow but easy to check against the formulas. It is used by tools/make_golden_models.py
 to produce the golden files under tests/data/.
 
-Conventions (SPEC):
+Conventions (docs/math.md):
   * one sequence at a time; row n of a matrix is token n (0-based);
   * nn.Linear layout: weight [out, in], y = x W^T, no biases;
   * masks are boolean matrices `allowed[n, j]` (True = query n may see key j).
@@ -19,7 +19,7 @@ import struct
 import torch
 
 DT = torch.float64
-SUBLN_EPS = 1e-5  # SPEC 3.1 / 4: subln always uses eps 1e-5
+SUBLN_EPS = 1e-5  # docs/math.md §3.1 / 4: subln always uses eps 1e-5
 
 
 # --------------------------------------------------------------------------------------------
@@ -85,7 +85,7 @@ def integral_matrix(a1, mode, allowed, a1_history=None):
 
     a1:          [N x S] signal map A1 of the N new query rows.
     a1_history:  [S-N x S] (or None) the A1 rows of the cached query rows (zero where masked);
-                 'rows m <= n' includes them (SPEC 2.3, KV cache paragraph).
+                 'rows m <= n' includes them (docs/math.md §2.3, KV cache paragraph).
     causal_softmax: G[n] = mean of A1 rows 0..n (history rows included), then a softmax of
                     row n of G restricted to the keys allowed for query n.
     causal_mean:    G itself.

@@ -13,7 +13,7 @@
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 
-// kernels: single-head attention (SPEC 1-2), its scratch memory (AttentionWorkspace) and the plain
+// kernels: single-head attention (docs/math.md §1-2), its scratch memory (AttentionWorkspace) and the plain
 // reference
 #include "diffattn/kernels/attention_core.hpp"
 #include "diffattn/kernels/attention_workspace.hpp"
@@ -33,7 +33,7 @@
 // io: checkpoint files
 #include "diffattn/io/safetensors.hpp"
 
-// layers: RMSNorm, SwiGLU, rotary, lambda, multi-head attention modules (SPEC 3-4)
+// layers: RMSNorm, SwiGLU, rotary, lambda, multi-head attention modules (docs/math.md §3-4)
 #include "diffattn/layers/attention_config.hpp"
 #include "diffattn/layers/attention_heads.hpp"
 #include "diffattn/layers/attention_scratch.hpp"
@@ -48,8 +48,8 @@
 #include "diffattn/layers/shared_diff.hpp"
 #include "diffattn/layers/swiglu.hpp"
 
-// model: config, decoder layer, decoder model (SPEC 4-5), model-file tensors, KV cache, logit
-// ranking and greedy generation (SPEC 6)
+// model: config, decoder layer, decoder model (docs/math.md §4-5), model-file tensors, KV cache, logit
+// ranking and greedy generation (docs/math.md §6)
 #include "diffattn/model/config.hpp"
 #include "diffattn/model/config_json.hpp"
 #include "diffattn/model/decoder_layer.hpp"

@@ -571,7 +571,7 @@ TEST_CASE("empty sequence", "[catalogue][empty]") {
 }
 
 TEST_CASE("query that sees no key", "[catalogue][mask]") {
-    // SPEC 1: an all-zero output row, never NaN (key padding valid_len = 0 hides every key).
+    // docs/math.md §1: an all-zero output row, never NaN (key padding valid_len = 0 hides every key).
     const RowMatrix<float> q = random_matrix<float>(5, 4, 1), k = random_matrix<float>(5, 4, 2);
     const RowMatrix<float> v = random_matrix<float>(5, 8, 3);
     RowMatrix<float> out = RowMatrix<float>::Constant(5, 8, 7.0f);

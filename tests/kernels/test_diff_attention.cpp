@@ -1,4 +1,4 @@
-// Fast diff_attention (SPEC 2.2) against the plain reference under SPEC 7.
+// Fast diff_attention (docs/math.md §2.2) against the plain reference under docs/math.md §7.
 #include "test_support.hpp"
 
 #include "diffattn/kernels/attention_workspace.hpp"
@@ -27,7 +27,7 @@ void check_diff_case(std::mt19937& rng, const KernelCase& c, AttentionWorkspace<
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("diff_attention matches the reference (SPEC 7) on tile-edge and random shapes",
+TEMPLATE_TEST_CASE("diff_attention matches the reference (docs/math.md §7) on tile-edge and random shapes",
                    "[kernels][diff_attention]", float, double) {
     using T = TestType;
     DIFFATTN_TEST_RNG(rng);
@@ -37,7 +37,7 @@ TEMPLATE_TEST_CASE("diff_attention matches the reference (SPEC 7) on tile-edge a
     for (std::size_t i = 0; i < cases.size(); ++i) check_diff_case<T>(rng, cases[i], i % 2 == 0 ? nullptr : &workspace);
 }
 
-TEMPLATE_TEST_CASE("diff_attention over several query groups: SPEC 7, and identical for 1, 2 and 3 threads",
+TEMPLATE_TEST_CASE("diff_attention over several query groups: docs/math.md §7, and identical for 1, 2 and 3 threads",
                    "[kernels][diff_attention][threads]", float, double) {
     // As the softmax test of the same name: shapes spanning several query groups (kGroupRows).
     using T = TestType;
@@ -66,7 +66,7 @@ TEMPLATE_TEST_CASE("diff_attention: heads are column blocks of wider matrices, o
     using T = TestType;
     using W = Wide<T>;
     DIFFATTN_TEST_RNG(rng);
-    // The DIFF Transformer layout (SPEC 3.1): 2H query/key sub-heads of width d, H value heads of 2d.
+    // The DIFF Transformer layout (docs/math.md §3.1): 2H query/key sub-heads of width d, H value heads of 2d.
     const Index n = 2 * kQueryTile + 1, s = n + kKeyTile - 1, d = 8, heads = 3;
     const RowMatrix<T> q_all = random_matrix<T>(rng, n, 2 * heads * d);
     const RowMatrix<T> k_all = random_matrix<T>(rng, s, 2 * heads * d);

@@ -1,4 +1,4 @@
-// Fast dint_attention (SPEC 2.3) against the plain reference under SPEC 7, for every integral
+// Fast dint_attention (docs/math.md §2.3) against the plain reference under docs/math.md §7, for every integral
 // mode; with a KV cache (S > N) the causal modes get the DintHistory of the S - N earlier rows
 // computed by the reference, and the history the kernel leaves behind is checked too.
 #include "test_support.hpp"
@@ -42,7 +42,7 @@ bool check_dint_case(std::mt19937& rng, const KernelCase& c, DintIntegral integr
     if (use_history) {
         // The history is an input of this call like Q, K and V: computed accurately (in Wide<T>),
         // rounded once to T and given to the fast kernel and the plain reference; the oracle gets
-        // those same T values cast back up (SPEC 7: the oracle runs on the inputs cast to double).
+        // those same T values cast back up (docs/math.md §7: the oracle runs on the inputs cast to double).
         plain_a1 = reference::attention_map<T>(in.q1_all, in.k1, o);
         wide_a1 = reference::attention_map<W>(wide.q1_all, wide.k1, o);
         plain_history = cast_history<T>(reference::dint_history<W>(wide_a1.topRows(cached), wide.v));
@@ -62,9 +62,9 @@ bool check_dint_case(std::mt19937& rng, const KernelCase& c, DintIntegral integr
 
     if (use_history) {
         // The kernel appended this call's N rows to the history. The history is state, not an
-        // output, so SPEC 7 does not apply to it directly (its effect on later outputs is checked
-        // under SPEC 7 by the incremental tests). It must be the sum over all S rows of A1
-        // (causal_softmax) or O1 = A1 V (causal_mean) within the sum of the per-row SPEC 7
+        // output, so docs/math.md §7 does not apply to it directly (its effect on later outputs is checked
+        // under docs/math.md §7 by the incremental tests). It must be the sum over all S rows of A1
+        // (causal_softmax) or O1 = A1 V (causal_mean) within the sum of the per-row docs/math.md §7
         // tolerances plus the rounding of a sequential sum: S eps sum_m |row_m|.
         CHECK(fast_history.rows == c.seq_len_kv);
         const bool softmax_mode = integral == DintIntegral::causal_softmax;
@@ -90,7 +90,7 @@ bool check_dint_case(std::mt19937& rng, const KernelCase& c, DintIntegral integr
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("dint_attention matches the reference (SPEC 7) in every integral mode", "[kernels][dint_attention]",
+TEMPLATE_TEST_CASE("dint_attention matches the reference (docs/math.md §7) in every integral mode", "[kernels][dint_attention]",
                    float, double) {
     using T = TestType;
     DIFFATTN_TEST_RNG(rng);
@@ -153,14 +153,14 @@ TEMPLATE_TEST_CASE("dint_attention: heads are column blocks of wider matrices, o
     }
 }
 
-TEMPLATE_TEST_CASE("dint_attention: one valid key (one-hot maps) keeps SPEC 7 over a long sequence",
+TEMPLATE_TEST_CASE("dint_attention: one valid key (one-hot maps) keeps docs/math.md §7 over a long sequence",
                    "[kernels][dint_attention]", float, double) {
     using T = TestType;
     using W = Wide<T>;
     DIFFATTN_TEST_RNG(rng);
     // valid_len = 1: A1 = A2 = e_0 in every row, so every output row is exactly V[0] and the plain
-    // reference is exact. A kernel that sums the rows of O1 (the SPEC 2.3 identity of the mean
-    // modes) must not let that running sum's rounding grow with N past SPEC 7's additive term.
+    // reference is exact. A kernel that sums the rows of O1 (the docs/math.md §2.3 identity of the mean
+    // modes) must not let that running sum's rounding grow with N past docs/math.md §7's additive term.
     KernelCase c;
     c.seq_len_q = 1024 / kDebugCostDivisor;
     c.seq_len_kv = c.seq_len_q;
@@ -183,10 +183,10 @@ TEMPLATE_TEST_CASE("dint_attention: one valid key (one-hot maps) keeps SPEC 7 ov
     }
 }
 
-TEMPLATE_TEST_CASE("dint_attention over several query groups: SPEC 7 on 1, 2 and 3 threads, mean modes identical",
+TEMPLATE_TEST_CASE("dint_attention over several query groups: docs/math.md §7 on 1, 2 and 3 threads, mean modes identical",
                    "[kernels][dint_attention][threads]", float, double) {
     // Shapes spanning several query groups (kGroupRows), with a partial last group and a last
-    // block of a few rows. Every mode matches the reference under SPEC 7 on each thread count
+    // block of a few rows. Every mode matches the reference under docs/math.md §7 on each thread count
     // (causal_softmax's chunks then start inside groups); the mean modes must not depend on the
     // thread count at all, bit for bit.
     using T = TestType;
@@ -202,7 +202,7 @@ TEMPLATE_TEST_CASE("dint_attention over several query groups: SPEC 7 on 1, 2 and
                     check_dint_case<T>(rng, c, integral, nullptr);
                 }
                 // Bit identity is for the mean modes, here without a history (a KV cache in causal_mean
-                // needs one: checked under SPEC 7 above).
+                // needs one: checked under docs/math.md §7 above).
                 if (integral == DintIntegral::causal_softmax ||
                     (integral == DintIntegral::global_mean && mask != MaskKind::none) ||
                     (integral == DintIntegral::causal_mean && c.seq_len_kv != c.seq_len_q)) {
@@ -383,7 +383,7 @@ TEST_CASE("DintTaskQueue hands out every task once, each only once its inputs ar
     }
 }
 
-TEMPLATE_TEST_CASE("dint_attention causal_softmax through its multi-thread pipeline: SPEC 7, and the same bits on every run",
+TEMPLATE_TEST_CASE("dint_attention causal_softmax through its multi-thread pipeline: docs/math.md §7, and the same bits on every run",
                    "[kernels][dint_attention][threads]", float, double) {
     // With T > 1 threads the causal_softmax integral runs query groups as tasks (maps, integral
     // runs, rows) handed out as their inputs are ready, whose buffers rotate by group: 4 groups and a

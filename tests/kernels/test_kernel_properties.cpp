@@ -1,7 +1,7 @@
 // Properties of the fast kernels that hold whatever the inputs: DIFF with lambda = 0 is softmax
-// attention; the SPEC 2.3 identities of DINT's mean modes; fully masked rows are exact zeros;
+// attention; the docs/math.md §2.3 identities of DINT's mean modes; fully masked rows are exact zeros;
 // huge logits stay finite; a NaN only reaches the outputs that depend on it; and DINT's causal
-// modes fed in chunks with a history equal one call over the whole sequence (SPEC 6).
+// modes fed in chunks with a history equal one call over the whole sequence (docs/math.md §6).
 #include "test_support.hpp"
 
 #include "diffattn/kernels/attention_workspace.hpp"
@@ -92,7 +92,7 @@ TEMPLATE_TEST_CASE("diff_attention with lambda = 0 is softmax attention of map 1
     }
 }
 
-TEMPLATE_TEST_CASE("dint_attention mean modes satisfy the SPEC 2.3 identities on the fast kernels",
+TEMPLATE_TEST_CASE("dint_attention mean modes satisfy the docs/math.md §2.3 identities on the fast kernels",
                    "[kernels][properties]", float, double) {
     using T = TestType;
     using L = long double;
@@ -194,7 +194,7 @@ TEMPLATE_TEST_CASE("fully masked query rows give exact zeros in DINT's causal mo
                    "[kernels][properties]", float, double) {
     using T = TestType;
     DIFFATTN_TEST_RNG(rng);
-    // SPEC 1: a query row allowed no key yields an all-zero output row. Here the earlier rows of
+    // docs/math.md §1: a query row allowed no key yields an all-zero output row. Here the earlier rows of
     // the history saw keys (they were not padded), while this call's rows see none (valid_len = 0).
     KernelCase c;
     c.seq_len_q = 3;
@@ -306,7 +306,7 @@ TEMPLATE_TEST_CASE("head dim 0 with an explicit scale: every logit is 0, so each
                    "[kernels][properties]", float, double) {
     // An empty QK^T product must add nothing (Eigen's gebp kernel would divide by the depth 0:
     // SIGFPE, found by fuzz_kernels). With every logit 0, A1 = A2 = the uniform causal map, so
-    // softmax gives the running mean of V and DIFF (1 - lambda) times it (SPEC 1, 2.1).
+    // softmax gives the running mean of V and DIFF (1 - lambda) times it (docs/math.md §1, 2.1).
     using T = TestType;
     DIFFATTN_TEST_RNG(rng);
     KernelCase c;
@@ -448,7 +448,7 @@ TEMPLATE_TEST_CASE("a NaN input reaches only the outputs that depend on it, and 
     }
 }
 
-TEMPLATE_TEST_CASE("incremental decoding: chunks with a KV cache and a DINT history equal one call (SPEC 6)",
+TEMPLATE_TEST_CASE("incremental decoding: chunks with a KV cache and a DINT history equal one call (docs/math.md §6)",
                    "[kernels][properties]", float, double) {
     using T = TestType;
     using W = Wide<T>;

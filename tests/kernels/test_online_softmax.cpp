@@ -16,7 +16,7 @@ using namespace diffattn::test;
 namespace {
 
 /// Scaled logits [rows x keys], values [keys x value_dim], and the keys each row sees: a prefix
-/// [0, key_end[r]) (SPEC 1's masks are prefixes).
+/// [0, key_end[r]) (docs/math.md §1's masks are prefixes).
 template <typename T>
 struct SplitCase {
     RowMatrix<T> logits, values;

@@ -1,5 +1,5 @@
 // Sanity of the oracle itself (include/diffattn/kernels/reference.hpp): small cases computed by
-// hand from the SPEC formulas with std::exp, and closed forms (uniform attention when Q = 0).
+// hand from the formulas of docs/math.md with std::exp, and closed forms (uniform attention when Q = 0).
 // These guard the reference, against which every fast kernel is checked.
 #include "test_support.hpp"
 
@@ -197,7 +197,7 @@ TEMPLATE_TEST_CASE("reference: DIFF is A1 - lambda A2 of two hand-computed maps"
     CHECK(max_abs_diff(maps.combined, combined) <= tight<T>());
     CHECK(max_abs_diff(maps.out, out) <= 4 * tight<T>());
     CHECK(maps.integral.size() == 0);
-    // Row sums of A1 - lambda A2 are 1 - lambda (SPEC 2.2).
+    // Row sums of A1 - lambda A2 are 1 - lambda (docs/math.md §2.2).
     for (Index r = 0; r < 2; ++r)
         CHECK(std::fabs(static_cast<double>(maps.combined.row(r).sum()) - 0.625) <= tight<T>());
 }

@@ -1,4 +1,4 @@
-// Fast softmax_attention (SPEC 2.1) against the plain reference under SPEC 7.
+// Fast softmax_attention (docs/math.md §2.1) against the plain reference under docs/math.md §7.
 #include "test_support.hpp"
 
 #include "diffattn/kernels/attention_workspace.hpp"
@@ -10,7 +10,7 @@ using namespace diffattn::test;
 
 namespace {
 
-/// Runs one case through the fast kernel and both references and checks SPEC 7.
+/// Runs one case through the fast kernel and both references and checks docs/math.md §7.
 template <typename T>
 void check_softmax_case(std::mt19937& rng, const KernelCase& c, AttentionWorkspace<T>* workspace) {
     using W = Wide<T>;
@@ -27,7 +27,7 @@ void check_softmax_case(std::mt19937& rng, const KernelCase& c, AttentionWorkspa
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("softmax_attention matches the reference (SPEC 7) on tile-edge and random shapes",
+TEMPLATE_TEST_CASE("softmax_attention matches the reference (docs/math.md §7) on tile-edge and random shapes",
                    "[kernels][softmax_attention]", float, double) {
     using T = TestType;
     DIFFATTN_TEST_RNG(rng);
@@ -38,7 +38,7 @@ TEMPLATE_TEST_CASE("softmax_attention matches the reference (SPEC 7) on tile-edg
         check_softmax_case<T>(rng, cases[i], i % 2 == 0 ? nullptr : &workspace);
 }
 
-TEMPLATE_TEST_CASE("softmax_attention over several query groups: SPEC 7, and identical for 1, 2 and 3 threads",
+TEMPLATE_TEST_CASE("softmax_attention over several query groups: docs/math.md §7, and identical for 1, 2 and 3 threads",
                    "[kernels][softmax_attention][threads]", float, double) {
     // The shapes above fit in one query group (kGroupRows rows); these span several, with a
     // partial last group and block, a KV cache (S > N) and key padding, so a group's earlier

@@ -1,4 +1,4 @@
-// Shared helpers of the kernel tests: seeded random inputs, precision ladders and the SPEC 7
+// Shared helpers of the kernel tests: seeded random inputs, precision ladders and the docs/math.md §7
 // accuracy check against the plain reference (include/diffattn/kernels/reference.hpp).
 //
 // Seeds. Every test draws from its own std::mt19937 seeded with the base seed combined with the
@@ -7,12 +7,12 @@
 // to every failure message (INFO), so any failure is reproduced with
 //     DIFFATTN_TEST_SEED=<seed> ./test_kernels "<test name>"
 //
-// Accuracy (SPEC 7). A fast kernel in precision T is compared with the plain reference run one
+// Accuracy (docs/math.md §7). A fast kernel in precision T is compared with the plain reference run one
 // precision up, Wide<T> (float -> double, double -> long double), on the same inputs:
 //     max|fast_T - ref_Wide| <= 2 * max|ref_T - ref_Wide| + additive<T>
-// For float this is exactly SPEC 7 (the FlashAttention criterion, additive 1e-6). For double we
+// For float this is exactly docs/math.md §7 (the FlashAttention criterion, additive 1e-6). For double we
 // apply the same criterion one rung up the ladder: the oracle is the reference in long double
-// (64-bit mantissa on x86-64, 11 more bits than double) and the additive term is SPEC 7's 1e-6
+// (64-bit mantissa on x86-64, 11 more bits than double) and the additive term is docs/math.md §7's 1e-6
 // scaled by DBL_EPSILON / FLT_EPSILON (~1.9e-15, i.e. the same ~8 ulps of an O(1) output). Where
 // long double is no wider than double the double oracle would be itself, so the tests fall back to
 // an a-priori forward-error bound instead (see spec7_tolerance below).
@@ -151,7 +151,7 @@ bool all_finite(const A& a) {
     return true;
 }
 
-/// SPEC 7's additive term for a kernel in T: 1e-6 for float; scaled by the unit roundoff ratio
+/// docs/math.md §7's additive term for a kernel in T: 1e-6 for float; scaled by the unit roundoff ratio
 /// for double (the same number of ulps of an O(1) output).
 template <typename T>
 long double spec7_additive() {
@@ -159,7 +159,7 @@ long double spec7_additive() {
            static_cast<long double>(std::numeric_limits<float>::epsilon());
 }
 
-/// What one SPEC 7 comparison measured.
+/// What one docs/math.md §7 comparison measured.
 struct Accuracy {
     long double fast_error = 0;   ///< max|fast - oracle|
     long double plain_error = 0;  ///< max|plain reference in T - oracle|
@@ -167,7 +167,7 @@ struct Accuracy {
     bool ok() const { return fast_error <= tolerance; }
 };
 
-/// SPEC 7 check of `fast` (a kernel's output in T) against `plain` (the reference in T) and
+/// docs/math.md §7 check of `fast` (a kernel's output in T) against `plain` (the reference in T) and
 /// `oracle` (the reference in Wide<T>, same inputs).
 ///   fallback_bound: used instead of the plain error when Wide<T> is not wider than T; an a-priori
 ///   forward error bound of the reference, c * (d + S) * eps * (1 + max|V|), passed by the caller.
@@ -185,7 +185,7 @@ Accuracy spec7_accuracy(const Fast& fast, const RowMatrix<T>& plain, const Oracl
     return a;
 }
 
-/// Asserts SPEC 7 and reports the measured errors with the case description.
+/// Asserts docs/math.md §7 and reports the measured errors with the case description.
 template <typename T, typename Fast, typename Oracle>
 void check_spec7(const std::string& what, const Fast& fast, const RowMatrix<T>& plain, const Oracle& oracle,
                  long double fallback_bound = 0) {
@@ -246,7 +246,7 @@ long double case_error_bound(const KernelCase& c, int maps) {
     return maps * forward_error_bound<T>(c.head_dim, c.seq_len_kv, scale * c.head_dim, 1);
 }
 
-/// DINT's integral modes (SPEC 2.3), and those valid under a causal mask.
+/// DINT's integral modes (docs/math.md §2.3), and those valid under a causal mask.
 inline constexpr DintIntegral kDintIntegrals[] = {DintIntegral::causal_softmax, DintIntegral::causal_mean,
                                                   DintIntegral::global_mean};
 inline constexpr DintIntegral kCausalDintIntegrals[] = {DintIntegral::causal_softmax, DintIntegral::causal_mean};

@@ -1,4 +1,4 @@
-// Fast kernels against outputs of an independent float64 PyTorch transcription of SPEC 1-2
+// Fast kernels against outputs of an independent float64 PyTorch transcription of docs/math.md §1-2
 // (tools/torch_reference.py; files described in tests/data/kernels/README.md).
 #include <diffattn/diffattn.hpp>
 
@@ -39,7 +39,7 @@ struct GoldenCase {
     double scale;
 };
 
-/// Largest difference allowed against a float64 golden: the SPEC 7 criterion's constant for
+/// Largest difference allowed against a float64 golden: the docs/math.md §7 criterion's constant for
 /// float (inputs are O(1), S <= 9, so the plain float transcription errs by < 1e-6), and a few
 /// ulps of double.
 template <typename T>
@@ -77,7 +77,7 @@ TEMPLATE_TEST_CASE("kernels match the PyTorch goldens: causal with a KV cache", 
 
         for (const auto& [integral, tensor] : {std::pair{DintIntegral::causal_softmax, "dint_causal_softmax"},
                                                std::pair{DintIntegral::causal_mean, "dint_causal_mean"}}) {
-            // History from the golden's own SPEC 6 state ...
+            // History from the golden's own docs/math.md §6 state ...
             DintHistory<T> given;
             given.rows = cached;
             given.a1_column_sum = g.file.template vector<T>("hist_a1_colsum");

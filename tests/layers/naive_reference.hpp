@@ -1,7 +1,7 @@
-// A plain double-precision transcription of the SPEC formulas for the layer and module tests:
+// A plain double-precision transcription of the formulas of docs/math.md for the layer and module tests:
 // explicit loops, materialised attention matrices, weights looked up by their model-file names.
 // Deliberately written without the library's layers (only its storage types), so it is an
-// independent oracle for RMSNorm, SwiGLU, rotary, lambda and the multi-head modules (SPEC 2-4).
+// independent oracle for RMSNorm, SwiGLU, rotary, lambda and the multi-head modules (docs/math.md §2-4).
 #pragma once
 
 #include "diffattn/layers/attention_config.hpp"
@@ -46,7 +46,7 @@ inline Mat linear(const Mat& x, const Mat& w) {
     return y;
 }
 
-/// SPEC 4: y = x / sqrt(mean(x^2) + eps) * w, w given as a [1 x F] row.
+/// docs/math.md §4: y = x / sqrt(mean(x^2) + eps) * w, w given as a [1 x F] row.
 inline Mat rms_norm(const Mat& x, const Mat& w, double eps) {
     Mat y(x.rows(), x.cols());
     for (Index n = 0; n < x.rows(); ++n) {
@@ -58,7 +58,7 @@ inline Mat rms_norm(const Mat& x, const Mat& w, double eps) {
     return y;
 }
 
-/// SPEC 4: (silu(x Wg^T) * (x Wu^T)) Wd^T
+/// docs/math.md §4: (silu(x Wg^T) * (x Wu^T)) Wd^T
 inline Mat swiglu(const Mat& x, const Mat& wg, const Mat& wu, const Mat& wd) {
     Mat g = linear(x, wg), u = linear(x, wu);
     for (Index n = 0; n < g.rows(); ++n)
@@ -66,7 +66,7 @@ inline Mat swiglu(const Mat& x, const Mat& wg, const Mat& wu, const Mat& wd) {
     return linear(g, wd);
 }
 
-/// SPEC 3.1: interleaved rotary on a [N x d] map, positions first_position + n.
+/// docs/math.md §3.1: interleaved rotary on a [N x d] map, positions first_position + n.
 inline Mat rotary(const Mat& x, double theta, Index first_position = 0) {
     const Index d = x.cols();
     Mat y = x;
@@ -80,10 +80,10 @@ inline Mat rotary(const Mat& x, double theta, Index first_position = 0) {
     return y;
 }
 
-/// SPEC 1: may query n see key j (N queries, S keys)?
+/// docs/math.md §1: may query n see key j (N queries, S keys)?
 inline bool allowed(bool causal, Index n, Index j, Index N, Index S) { return !causal || j <= n + (S - N); }
 
-/// SPEC 2.1: row softmax of the allowed entries of `logits` (unscaled here), zeros elsewhere.
+/// docs/math.md §2.1: row softmax of the allowed entries of `logits` (unscaled here), zeros elsewhere.
 inline Mat masked_softmax(const Mat& logits, bool causal) {
     const Index N = logits.rows(), S = logits.cols();
     Mat a = Mat::Zero(N, S);
@@ -106,7 +106,7 @@ inline Mat attention_map(const Mat& q, const Mat& k, bool causal) {
     return masked_softmax(logits, causal);
 }
 
-/// SPEC 2.3: the integral term I (before the factor lambda) from A1.
+/// docs/math.md §2.3: the integral term I (before the factor lambda) from A1.
 inline Mat dint_integral(const Mat& a1, diffattn::DintIntegral mode, bool causal) {
     const Index N = a1.rows(), S = a1.cols();
     Mat g = Mat::Zero(N, S);
@@ -121,7 +121,7 @@ inline Mat dint_integral(const Mat& a1, diffattn::DintIntegral mode, bool causal
 
 inline Mat cols(const Mat& m, Index first, Index count) { return m.middleCols(first, count); }
 
-/// SPEC 2.5
+/// docs/math.md §2.5
 inline double lambda_init(Index depth) { return 0.8 - 0.6 * std::exp(-0.3 * static_cast<double>(depth)); }
 inline double lambda_full(const Tensors& p, Index depth) {
     auto dot = [](const Mat& a, const Mat& b) {
@@ -133,7 +133,7 @@ inline double lambda_full(const Tensors& p, Index depth) {
            std::exp(dot(p.at("lambda_q2")[0], p.at("lambda_k2")[0])) + lambda_init(depth);
 }
 
-/// SPEC 3: one multi-head attention module on x [N x D], positions 0 .. N-1. `p` holds the
+/// docs/math.md §3: one multi-head attention module on x [N x D], positions 0 .. N-1. `p` holds the
 /// module's tensors named relative to "self_attn.".
 inline Mat attention(const diffattn::AttentionConfig& c, const Tensors& p, const Mat& x) {
     using diffattn::AttentionKind;
@@ -142,7 +142,7 @@ inline Mat attention(const diffattn::AttentionConfig& c, const Tensors& p, const
     const double theta = c.rope_theta;
     const AttentionKind kind = c.kind;
 
-    if (kind == AttentionKind::softmax) {  // SPEC 3.2
+    if (kind == AttentionKind::softmax) {  // docs/math.md §3.2
         const Index d = c.d_model / H;
         Mat q = linear(x, p.at("q_proj.weight")[0]), k = linear(x, p.at("k_proj.weight")[0]);
         Mat v = linear(x, p.at("v_proj.weight")[0]);
@@ -155,7 +155,7 @@ inline Mat attention(const diffattn::AttentionConfig& c, const Tensors& p, const
         return linear(heads, p.at("out_proj.weight")[0]);
     }
 
-    if (kind == AttentionKind::diff_v2) {  // SPEC 3.4
+    if (kind == AttentionKind::diff_v2) {  // docs/math.md §3.4
         const Index d = c.v2_head_dim, group = 2 * H / Hkv;
         Mat q = linear(x, p.at("q_proj.weight")[0]), k = linear(x, p.at("k_proj.weight")[0]);
         Mat v = linear(x, p.at("v_proj.weight")[0]), l = linear(x, p.at("lambda_proj.weight")[0]);
@@ -174,7 +174,7 @@ inline Mat attention(const diffattn::AttentionConfig& c, const Tensors& p, const
         return linear(heads, p.at("o_proj.weight")[0]);
     }
 
-    // diff, dint, shared_diff (SPEC 3.1, 3.3): the maps of head h.
+    // diff, dint, shared_diff (docs/math.md §3.1, 3.3): the maps of head h.
     const Index d = c.d_model / H / 2;
     std::vector<Mat> q1(H), q2(H), k1(H), k2(H), vh(H);
     if (kind == AttentionKind::shared_diff) {

@@ -1,4 +1,4 @@
-// The multi-head attention modules of SPEC 3 (softmax, diff, dint, shared_diff, diff_v2) against
+// The multi-head attention modules of docs/math.md §3 (softmax, diff, dint, shared_diff, diff_v2) against
 // the double transcription in naive_reference.hpp, the Shared DIFF merge, thread-count
 // independence, parameter counts (including the official MultiheadDiffAttn figures) and the
 // configuration and shape errors.
@@ -128,7 +128,7 @@ double module_tolerance() {
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("every attention module matches the SPEC 3 transcription", "[layers][attention]", float, double) {
+TEMPLATE_TEST_CASE("every attention module matches the docs/math.md §3 transcription", "[layers][attention]", float, double) {
     using T = TestType;
     for (const Case& c : cases()) {
         for (Index n : {Index(1), Index(13), Index(70)}) {  // 70 > one 64-row query tile of the kernels
@@ -201,7 +201,7 @@ TEMPLATE_TEST_CASE("Shared DIFF: the factored projection's token blocks give the
         return qk;
     };
     const RowMatrix<T> one = project(1);
-    // SPEC 3.3 in double: map t of Q is X q_base^T + (X a_t) b_t^T; likewise K.
+    // docs/math.md §3.3 in double: map t of Q is X q_base^T + (X a_t) b_t^T; likewise K.
     const RowMatrix<double> xd = x.template cast<double>();
     RowMatrix<double> expected(n, 2 * maps * d);
     const RowMatrix<T>* bases[2] = {&f.q_base, &f.k_base};

@@ -1,4 +1,4 @@
-// RMSNorm, SwiGLU, interleaved rotary and lambda against the double transcription of SPEC 2.5,
+// RMSNorm, SwiGLU, interleaved rotary and lambda against the double transcription of docs/math.md §2.5,
 // 3.1 and 4 in naive_reference.hpp.
 #include "naive_reference.hpp"
 
@@ -40,7 +40,7 @@ RowMatrix<T> seeded(Index rows, Index cols, std::uint64_t seed, double scale = 1
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("RmsNorm matches SPEC 4, also in place and on a column block", "[layers][rms_norm]", float,
+TEMPLATE_TEST_CASE("RmsNorm matches docs/math.md §4, also in place and on a column block", "[layers][rms_norm]", float,
                    double) {
     using T = TestType;
     const Index n = 7, f = 24;
@@ -78,7 +78,7 @@ TEMPLATE_TEST_CASE("RmsNorm matches SPEC 4, also in place and on a column block"
     CHECK_THROWS_AS(norm(x, wrong), ShapeError);
 }
 
-TEMPLATE_TEST_CASE("SwiGlu matches SPEC 4", "[layers][swiglu]", float, double) {
+TEMPLATE_TEST_CASE("SwiGlu matches docs/math.md §4", "[layers][swiglu]", float, double) {
     using T = TestType;
     const Index n = 9, d = 16, f = 43;
     SwiGlu<T> mlp(d, f);
@@ -134,7 +134,7 @@ TEMPLATE_TEST_CASE("linear on several threads: fixed column blocks, the same bit
     CHECK(detail::linear_block(40, detail::kLinearBlockTarget, detail::kLinearFeatureMultiple) == 48);
 }
 
-TEMPLATE_TEST_CASE("interleaved rotary matches SPEC 3.1 on every map of a wide matrix", "[layers][rotary]", float,
+TEMPLATE_TEST_CASE("interleaved rotary matches docs/math.md §3.1 on every map of a wide matrix", "[layers][rotary]", float,
                    double) {
     using T = TestType;
     const Index n = 11, d = 8, maps = 3;
@@ -175,7 +175,7 @@ TEST_CASE("rotary: position 0 is the identity and scores depend only on the offs
     CHECK_THROWS_AS(RotaryTable<double>(7, 4, 10000.0), ConfigError);
 }
 
-TEST_CASE("lambda_init(depth) and the lambda re-parameterisation (SPEC 2.5)", "[layers][lambda]") {
+TEST_CASE("lambda_init(depth) and the lambda re-parameterisation (docs/math.md §2.5)", "[layers][lambda]") {
     CHECK(lambda_init(0) == Approx(0.2).epsilon(1e-15));
     CHECK(lambda_init(1) == Approx(0.8 - 0.6 * std::exp(-0.3)).epsilon(1e-15));
     CHECK(lambda_init(30) == Approx(0.8 - 0.6 * std::exp(-9.0)).epsilon(1e-15));

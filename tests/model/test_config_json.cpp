@@ -1,4 +1,4 @@
-// config.json parsing (SPEC 5): defaults, required keys, bad values naming the key, warnings for
+// config.json parsing (docs/math.md §5): defaults, required keys, bad values naming the key, warnings for
 // unknown or unused keys, and the global_mean / causal rule.
 #include "model_files.hpp"
 
@@ -46,7 +46,7 @@ json without(json j, const std::string& key) {
 
 }  // namespace
 
-TEST_CASE("config.json: missing keys take the SPEC 5 defaults", "[model][config]") {
+TEST_CASE("config.json: missing keys take the docs/math.md §5 defaults", "[model][config]") {
     std::vector<std::string> warnings;
     const ModelConfig c = model_config_from_json(minimal_diff(), &warnings);
     CHECK(warnings.empty());

@@ -1,14 +1,14 @@
-// Incremental decoding with a KV cache (SPEC 6): feeding a sequence whole, token by token or in
+// Incremental decoding with a KV cache (docs/math.md §6): feeding a sequence whole, token by token or in
 // chunks gives the logits of one full forward; greedy generation with and without the cache picks
 // the same tokens; capacity, reset and refusals.
 //
 // Tolerances. The full forward (no cache) is the reference, computed in double.
 //   double: cached vs full, max |diff| <= 1e-12 m, m = max(1, max |logit|): the two paths do the
 //           same arithmetic except for GEMM shapes and tile order (observed <= 7.3e-16 m).
-//   float:  the SPEC 7 criterion lifted to the model: with e_full = max |full float - full double|
+//   float:  the docs/math.md §7 criterion lifted to the model: with e_full = max |full float - full double|
 //           (the error of the plain float forward), the cached float logits must satisfy
 //           max |cached float - full double| <= 2 e_full + 16 eps_float m. The absolute term (1e-6
-//           in SPEC 7, for kernel outputs of size ~1) is scaled to logits of size m and to the
+//           in docs/math.md §7, for kernel outputs of size ~1) is scaled to logits of size m and to the
 //           two-layer stack. Observed: e_full 1.7-3.2 eps m, the cached paths 1.2-2.9 eps m; a
 //           path with a real error (a wrong position, a missed history row) is off by >= 1e-3.
 //   golden: cached logits against the PyTorch golden files with test_golden_models' tolerances

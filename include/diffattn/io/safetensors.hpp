@@ -1,4 +1,4 @@
-// Reading and writing safetensors files (SPEC 5), the Hugging Face weight format: the umbrella
+// Reading and writing safetensors files (docs/math.md §5), the Hugging Face weight format: the umbrella
 // of the io headers, one concept each (docs/safetensors.md).
 //
 //   safetensors_format.hpp   dtypes, the checked tensor size, the limits (SafetensorsLimits)

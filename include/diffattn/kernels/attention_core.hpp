@@ -4,7 +4,7 @@
 // or several blocks of kQueryTile): visit the key tiles the mask allows, turn each tile into
 // logits with a Logits policy, fold them into an OnlineSoftmaxState, and accumulate P V. Variants
 // differ only in the Logits policy (scaled Q K^T, or DINT's integral G) and in how they combine
-// the states of several maps (SPEC 2.2, 2.3). No N x S buffer is ever held: scratch is one
+// the states of several maps (docs/math.md §2.2, 2.3). No N x S buffer is ever held: scratch is one
 // kQueryTile x kKeyTile tile plus packed operands (PackedTiles).
 #pragma once
 

@@ -1,4 +1,4 @@
-// Differential attention (SPEC 2.2): O = (A1 - lambda A2) V, computed as O1 - lambda O2 where
+// Differential attention (docs/math.md §2.2): O = (A1 - lambda A2) V, computed as O1 - lambda O2 where
 // Oi = softmax(s Qi Ki^T + M) V are two runs of the shared tiled core over the same V.
 #pragma once
 
@@ -21,7 +21,7 @@ ResolvedOptions check_differential(const char* function, const ConstMatrixRef<T>
     return check_attention<T>(function, "Q1", "K1", "V", q1, k1, v, out, options);
 }
 
-/// out.row(q_begin + r) = O1 - lambda O2 (SPEC 2.2) for the rows [first, last) of a group whose
+/// out.row(q_begin + r) = O1 - lambda O2 (docs/math.md §2.2) for the rows [first, last) of a group whose
 /// two maps are `map1` and `map2` and whose first row is q_begin.
 template <typename T>
 void write_differential_rows(const OnlineSoftmaxState<T>& map1, const OnlineSoftmaxState<T>& map2, T lambda,
@@ -62,7 +62,7 @@ void diff_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, co
 
 }  // namespace detail
 
-/// Differential attention of one head (SPEC 2.2): out = (softmax(s Q1 K1^T + M) - lambda softmax(s Q2 K2^T + M)) V.
+/// Differential attention of one head (docs/math.md §2.2): out = (softmax(s Q1 K1^T + M) - lambda softmax(s Q2 K2^T + M)) V.
 ///   q1, q2 [N x d]; k1, k2 [S x d], S >= N; v [S x dv] (dv = 2d in the DIFF Transformer); out [N x dv].
 ///   Heads may be column blocks of wider row-major matrices; out must not alias the inputs.
 /// Throws ShapeError / OptionError naming the argument and shapes.

@@ -1,4 +1,4 @@
-// DINT attention (SPEC 2.3): DIFF plus lambda times an integral term built from A1,
+// DINT attention (docs/math.md §2.3): DIFF plus lambda times an integral term built from A1,
 // out = (A1 - lambda A2 + lambda I) V, so every row of the final matrix sums to 1.
 //
 // The public entry point, composing three parts: the DIFF part runs in query groups of kGroupRows
@@ -83,7 +83,7 @@ void check_dint(DintIntegral integral, const ResolvedOptions& resolved, Index se
 /// The maps of later groups need nothing but a free slot, so they run beside a group's integral
 /// and fill in while the runs of one group wait for the last run of the group before. No work is
 /// repeated. The runs only change the order of the integral map's softmax sums, so results agree
-/// with one thread within SPEC 7, and are the same on every run with the same T.
+/// with one thread within docs/math.md §7, and are the same on every run with the same T.
 template <typename T, typename Mask>
 void dint_softmax_integral(const DotProductLogits<T>& logits1, const DotProductLogits<T>& logits2, const Mask& mask,
                            const ConstMatrixRef<T>& v, T lambda, const ResolvedOptions& resolved, Index seq_len_q,
@@ -179,7 +179,7 @@ void dint_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, co
 
 }  // namespace detail
 
-/// DINT attention of one head (SPEC 2.3): out = (A1 - lambda A2 + lambda I) V, with the integral I
+/// DINT attention of one head (docs/math.md §2.3): out = (A1 - lambda A2 + lambda I) V, with the integral I
 /// chosen by `integral`. Shapes as diff_attention. With a KV cache (S > N) the causal integrals
 /// need `history` of the S - N earlier rows (history->rows == S - N); it is updated in place.
 /// global_mean needs mask none and no history rows.

@@ -1,5 +1,5 @@
 // DINT's integral term (docs/math.md §2.3) as an epilogue on top of the DIFF block step, using the
-// SPEC 2.3 identities:
+// docs/math.md §2.3 identities:
 //   causal_mean:    I V = running mean of the rows of O1 = A1 V          (O(N dv) extra work)
 //   global_mean:    I V = mean of all rows of O1                          (O(N dv) extra work)
 //   causal_softmax: I = softmax_M(G), G = running column mean of A1; I V is one more pass of
@@ -85,7 +85,7 @@ public:
         auto column_sum = column_sum_.segment(k_begin, tile.cols());
         for (Index r = 0; r < tile.rows(); ++r) {
             auto row = tile.row(r);
-            column_sum += row.transpose();  // the row is final: later keys are masked for it (SPEC 6)
+            column_sum += row.transpose();  // the row is final: later keys are masked for it (docs/math.md §6)
             row = column_sum.transpose() / static_cast<T>(rows_before_ + q_begin + r + 1);
         }
     }
@@ -136,7 +136,7 @@ private:
     VectorRef<Wide> error_;  // [size]
 };
 
-/// The integral of the mean modes (SPEC 2.3: I V is the running or global mean of the rows of
+/// The integral of the mean modes (docs/math.md §2.3: I V is the running or global mean of the rows of
 /// O1 = A1 V), in three steps so that query groups can run on several threads and the result does
 /// not depend on the thread count:
 ///   1. each group writes its DIFF rows (differential_block, as diff_attention) and, per block of
@@ -175,7 +175,7 @@ void dint_mean_integral(const DotProductLogits<T>& logits1, const DotProductLogi
             sum.set_zero();
             for (Index r = 0; r < q_rows; ++r) {
                 sum.add(map1.normalized_row(b_offset + r));
-                // SPEC 1: a query allowed no key gets an all-zero row (the DIFF part already is).
+                // docs/math.md §1: a query allowed no key gets an all-zero row (the DIFF part already is).
                 if (causal && mask.key_end(q_begin + r) > 0) {
                     out.row(q_begin + r) += (row_weight(q_begin + r) * sum.sum().transpose()).template cast<T>();
                 }
@@ -201,7 +201,7 @@ void dint_mean_integral(const DotProductLogits<T>& logits1, const DotProductLogi
     for_each_query_group(seq_len_q, resolved.threads, mask, ws, [&](Index group_begin, Index group_rows,
                                                                      BlockScratch<T>&) {
         for (Index n = group_begin; n < group_begin + group_rows; ++n) {
-            if (mask.key_end(n) == 0) continue;  // SPEC 1: stays an all-zero row
+            if (mask.key_end(n) == 0) continue;  // docs/math.md §1: stays an all-zero row
             if (causal) {
                 const Index block = n / kQueryTile;
                 if (block > 0 || rows_before > 0) {

@@ -1,4 +1,4 @@
-// Mask policies (SPEC 1).
+// Mask policies (docs/math.md §1).
 //
 // Every mask diffattn supports lets query n see a prefix of the keys: [0, key_end(n)), with
 // key_end non-decreasing in n. A policy therefore answers both questions a tiled kernel asks
@@ -21,7 +21,7 @@ struct NoMask {
     Index key_end(Index /*query*/) const { return valid_len; }
 };
 
-/// Query n sees key j iff j <= n + offset and j < valid_len, offset = S - N (SPEC 1).
+/// Query n sees key j iff j <= n + offset and j < valid_len, offset = S - N (docs/math.md §1).
 struct CausalMask {
     Index offset;     ///< S - N: keys already in the cache before the first query
     Index valid_len;  ///< keys [0, valid_len) exist (key padding)

@@ -2,7 +2,7 @@
 //
 // For each row r it keeps the running maximum m_r of the logits seen so far, the running sum
 // l_r = sum_j exp(logit_j - m_r) and the un-normalised output acc_r = sum_j exp(logit_j - m_r) v_j.
-// A new tile of logits rescales the old values by exp(m_old - m_new) (SPEC 7: softmax subtracts
+// A new tile of logits rescales the old values by exp(m_old - m_new) (docs/math.md §7: softmax subtracts
 // the row max). A row that saw no key has l_r = 0 and normalises to an all-zero row, never NaN.
 // A state serves a whole query group (kGroupRows); the core folds it one block of rows at a time.
 #pragma once
@@ -160,7 +160,7 @@ private:
 /// states of the same query rows over disjoint runs of keys (a key split, as in FlashDecoding),
 /// merged in their order: m = max_s m_s, l = sum_s l_s exp(m_s - m), acc = sum_s acc_s exp(m_s - m).
 /// A part whose row saw no key (l = 0) adds nothing; if no part saw one, out_row is unchanged (the
-/// all-zero row of SPEC 1). A NaN in a part reaches the whole row, as in one state.
+/// all-zero row of docs/math.md §1). A NaN in a part reaches the whole row, as in one state.
 template <typename T, typename OutRow>
 void add_merged_row(const OnlineSoftmaxState<T>* parts, Index count, Index r, T scale, OutRow&& out_row) {
     T merged_max = -std::numeric_limits<T>::infinity();

@@ -1,4 +1,4 @@
-// Options shared by every single-head kernel (SPEC sections 1 and 2).
+// Options shared by every single-head kernel (docs/math.md §1 and §2).
 #pragma once
 
 #include "diffattn/core/types.hpp"
@@ -7,13 +7,13 @@
 
 namespace diffattn {
 
-/// Which keys a query may see (SPEC 1). Key padding is orthogonal: see AttentionOptions::valid_len.
+/// Which keys a query may see (docs/math.md §1). Key padding is orthogonal: see AttentionOptions::valid_len.
 enum class MaskKind {
     none,    ///< every query sees every key
     causal,  ///< query n sees key j iff j <= n + (S - N): N new queries after S - N cached keys
 };
 
-/// The integral term of DINT attention (SPEC 2.3).
+/// The integral term of DINT attention (docs/math.md §2.3).
 enum class DintIntegral {
     causal_softmax,  ///< dint-transformer-v2 eq. 5-6: softmax over the allowed keys of the causal column mean of A1 (default)
     causal_mean,     ///< the causal column mean of A1 without the softmax
@@ -29,11 +29,11 @@ struct AttentionOptions {
     /// Score scale s (finite, > 0). Unset: 1 / sqrt(head_dim).
     std::optional<double> scale;
     /// Threads the kernel may use over its query blocks (>= 1). Used only when the build has
-    /// OpenMP (DIFFATTN_HAS_OPENMP); the result matches the 1-thread result within SPEC 7.
+    /// OpenMP (DIFFATTN_HAS_OPENMP); the result matches the 1-thread result within docs/math.md §7.
     int threads = 1;
 };
 
-/// What DINT's causal integral needs to know about query rows of earlier calls (SPEC 2.3, 6),
+/// What DINT's causal integral needs to know about query rows of earlier calls (docs/math.md §2.3, 6),
 /// for one head. With a KV cache the S - N cached keys belong to S - N earlier query rows, so
 /// `rows` must equal S - N. The kernel reads it and updates it in place.
 template <typename T>

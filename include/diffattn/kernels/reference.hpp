@@ -1,8 +1,8 @@
-// Plain reference implementation of the single-head kernels (SPEC 1 and 2): the oracle.
+// Plain reference implementation of the single-head kernels (docs/math.md §1 and 2): the oracle.
 //
-// Every formula of SPEC 1-2 transcribed as literally as possible, one matrix at a time, with the
+// Every formula of docs/math.md §1-2 transcribed as literally as possible, one matrix at a time, with the
 // attention maps MATERIALISED (N x S each) so that they can be returned for analysis and used to
-// check the fast kernels (SPEC 7: the fast kernels are compared with this code run in double).
+// check the fast kernels (docs/math.md §7: the fast kernels are compared with this code run in double).
 // Nothing here is tiled, fused or online; it is O(N S) memory and meant for tests, debugging and
 // users who want to look at the maps, not for inference.
 //
@@ -49,15 +49,15 @@ struct AttentionMaps {
 };
 
 // ---------------------------------------------------------------------------------------------
-// SPEC 1: masks
+// docs/math.md §1: masks
 // ---------------------------------------------------------------------------------------------
 
-/// Number of keys that exist: options.valid_len, or all S keys when unset (SPEC 1, key padding).
+/// Number of keys that exist: options.valid_len, or all S keys when unset (docs/math.md §1, key padding).
 inline Index valid_len_of(const AttentionOptions& options, Index seq_len_kv) {
     return options.valid_len ? *options.valid_len : seq_len_kv;
 }
 
-/// SPEC 1: may query `query` (of N) see key `key` (of S)?
+/// docs/math.md §1: may query `query` (of N) see key `key` (of S)?
 ///   none:   every key;  causal: key <= query + (S - N);  key padding: key < valid_len.
 inline bool key_allowed(MaskKind mask, Index query, Index key, Index seq_len_q, Index seq_len_kv, Index valid_len) {
     if (key >= valid_len) return false;                                            // key padding
@@ -65,7 +65,7 @@ inline bool key_allowed(MaskKind mask, Index query, Index key, Index seq_len_q, 
     return true;                                                                   // none
 }
 
-/// True if query `query` is allowed at least one key (SPEC 1: otherwise its output row is zero).
+/// True if query `query` is allowed at least one key (docs/math.md §1: otherwise its output row is zero).
 inline bool row_has_allowed_key(MaskKind mask, Index query, Index seq_len_q, Index seq_len_kv, Index valid_len) {
     for (Index j = 0; j < seq_len_kv; ++j) {
         if (key_allowed(mask, query, j, seq_len_q, seq_len_kv, valid_len)) return true;
@@ -73,7 +73,7 @@ inline bool row_has_allowed_key(MaskKind mask, Index query, Index seq_len_q, Ind
     return false;
 }
 
-/// SPEC 1: the masked scores. `scores` is [N x S] (N = rows, S = cols); every entry the mask
+/// docs/math.md §1: the masked scores. `scores` is [N x S] (N = rows, S = cols); every entry the mask
 /// forbids becomes a true -infinity, every other entry is copied unchanged.
 template <typename T>
 RowMatrix<T> mask_logits(const ConstMatrixRef<T>& scores, const AttentionOptions& options) {
@@ -93,9 +93,9 @@ RowMatrix<T> mask_logits(const ConstMatrixRef<T>& scores, const AttentionOptions
     return masked;
 }
 
-/// Softmax over the key axis (each row) of masked logits, subtracting the row max (SPEC 7).
+/// Softmax over the key axis (each row) of masked logits, subtracting the row max (docs/math.md §7).
 /// Entries equal to -infinity get probability 0; a row whose entries are all -infinity (no allowed
-/// key) is all zero, never NaN (SPEC 1). A NaN logit makes its whole row NaN.
+/// key) is all zero, never NaN (docs/math.md §1). A NaN logit makes its whole row NaN.
 template <typename T>
 RowMatrix<T> masked_softmax(const ConstMatrixRef<T>& masked_logits) {
     const T minus_inf = -std::numeric_limits<T>::infinity();
@@ -118,7 +118,7 @@ RowMatrix<T> masked_softmax(const ConstMatrixRef<T>& masked_logits) {
             probabilities.row(n).setConstant(std::numeric_limits<T>::quiet_NaN());
             continue;
         }
-        if (!any_allowed) continue;  // SPEC 1: no allowed key -> all-zero row
+        if (!any_allowed) continue;  // docs/math.md §1: no allowed key -> all-zero row
         // p_j = exp(x_j - max) / sum_k exp(x_k - max); exp(-inf) = 0 for masked entries.
         T row_sum = T(0);
         for (Index j = 0; j < masked_logits.cols(); ++j) {
@@ -132,7 +132,7 @@ RowMatrix<T> masked_softmax(const ConstMatrixRef<T>& masked_logits) {
     return probabilities;
 }
 
-/// The score scale s: options.scale, or 1/sqrt(d) when unset (SPEC notation). Computed in double
+/// The score scale s: options.scale, or 1/sqrt(d) when unset (docs/math.md notation). Computed in double
 /// and rounded once to T, like the fast kernels. (d = 0 with no scale is rejected by the entry
 /// points unless N = 0; then any scale will do.)
 template <typename T>
@@ -143,7 +143,7 @@ T scale_of(const AttentionOptions& options, Index head_dim) {
     return static_cast<T>(s);
 }
 
-/// The masked logits s * Q K^T + M: [N x S] with -infinity where the mask forbids (SPEC 1, 2.1).
+/// The masked logits s * Q K^T + M: [N x S] with -infinity where the mask forbids (docs/math.md §1, 2.1).
 template <typename T>
 RowMatrix<T> masked_logits(const ConstMatrixRef<T>& q /*[N x d]*/, const ConstMatrixRef<T>& k /*[S x d]*/,
                            const AttentionOptions& options) {
@@ -152,7 +152,7 @@ RowMatrix<T> masked_logits(const ConstMatrixRef<T>& q /*[N x d]*/, const ConstMa
     return mask_logits<T>(scores, options);
 }
 
-/// One softmax attention map A = softmax(s Q K^T + M): [N x S] (SPEC 2.1).
+/// One softmax attention map A = softmax(s Q K^T + M): [N x S] (docs/math.md §2.1).
 template <typename T>
 RowMatrix<T> attention_map(const ConstMatrixRef<T>& q /*[N x d]*/, const ConstMatrixRef<T>& k /*[S x d]*/,
                            const AttentionOptions& options) {
@@ -211,7 +211,7 @@ void check_diff(const char* function, const ConstMatrixRef<T>& q1, const ConstMa
 }  // namespace detail
 
 // ---------------------------------------------------------------------------------------------
-// SPEC 2.1: softmax attention
+// docs/math.md §2.1: softmax attention
 // ---------------------------------------------------------------------------------------------
 
 /// A = softmax(s Q K^T + M), O = A V. Returns a1 = combined = A and out = O.
@@ -230,7 +230,7 @@ AttentionMaps<T> softmax_attention_maps(const ConstMatrixRef<T>& q /*[N x d]*/, 
     return maps;
 }
 
-/// SPEC 2.1: O = softmax(s Q K^T + M) V  [N x dv].
+/// docs/math.md §2.1: O = softmax(s Q K^T + M) V  [N x dv].
 template <typename T>
 RowMatrix<T> softmax_attention(const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k, const ConstMatrixRef<T>& v,
                                const AttentionOptions& options = {}) {
@@ -238,7 +238,7 @@ RowMatrix<T> softmax_attention(const ConstMatrixRef<T>& q, const ConstMatrixRef<
 }
 
 // ---------------------------------------------------------------------------------------------
-// SPEC 2.2: differential (DIFF) attention
+// docs/math.md §2.2: differential (DIFF) attention
 // ---------------------------------------------------------------------------------------------
 
 /// A1 = softmax(s Q1 K1^T + M), A2 = softmax(s Q2 K2^T + M), O = (A1 - lambda A2) V.
@@ -257,7 +257,7 @@ AttentionMaps<T> diff_attention_maps(const ConstMatrixRef<T>& q1 /*[N x d]*/, co
     return maps;
 }
 
-/// SPEC 2.2: O = (A1 - lambda A2) V  [N x dv].
+/// docs/math.md §2.2: O = (A1 - lambda A2) V  [N x dv].
 template <typename T>
 RowMatrix<T> diff_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, const ConstMatrixRef<T>& q2,
                             const ConstMatrixRef<T>& k2, const ConstMatrixRef<T>& v, NonDeducedT<T> lambda,
@@ -266,10 +266,10 @@ RowMatrix<T> diff_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>
 }
 
 // ---------------------------------------------------------------------------------------------
-// SPEC 2.3: DINT attention
+// docs/math.md §2.3: DINT attention
 // ---------------------------------------------------------------------------------------------
 
-/// The history a DINT call needs for the query rows before it (SPEC 2.3, 6), built from the
+/// The history a DINT call needs for the query rows before it (docs/math.md §2.3, 6), built from the
 /// materialised A1 rows of those earlier queries: a1 [rows x keys], v [keys x dv] (the values those
 /// rows attended to). rows = a1.rows(), a1_column_sum = column sums of A1 [keys],
 /// o1_row_sum = sum of the rows of O1 = A1 V [dv]. Pad a1_column_sum with zeros for later keys.
@@ -290,17 +290,17 @@ DintHistory<T> dint_history(const ConstMatrixRef<T>& a1 /*[rows x keys]*/, const
     return history;
 }
 
-/// DINT (SPEC 2.3), gamma = lambda:
+/// DINT (docs/math.md §2.3), gamma = lambda:
 ///   A1, A2 as in DIFF;
 ///   causal_softmax: G[n,:] = (1/(R+n+1)) (H + sum_{m<=n} A1[m,:]), integral = softmax_M(G)
-///                   (softmax of row n of G over the keys query n may see, SPEC 2.3 / v2 eq. 5-6);
+///                   (softmax of row n of G over the keys query n may see, docs/math.md §2.3 / v2 eq. 5-6);
 ///   causal_mean:    integral = G (v2 eq. 5 without the softmax);
 ///   global_mean:    g = (1/N) sum_m A1[m,:], integral = 1 g (v1 eq. 5-7; mask none only);
 ///   combined = A1 - lambda A2 + lambda integral,  O = combined V.
 /// R = history->rows earlier query rows (KV cache, S - N of them) and H = their A1 column sums
 /// (history->a1_column_sum, zero-padded to S keys). The reference materialises G, so in BOTH causal
 /// modes it reads a1_column_sum (not o1_row_sum); build histories with dint_history().
-/// A query row with no allowed key gets an all-zero combined row and output (SPEC 1), in every mode.
+/// A query row with no allowed key gets an all-zero combined row and output (docs/math.md §1), in every mode.
 template <typename T>
 AttentionMaps<T> dint_attention_maps(const ConstMatrixRef<T>& q1 /*[N x d]*/, const ConstMatrixRef<T>& k1 /*[S x d]*/,
                                      const ConstMatrixRef<T>& q2 /*[N x d]*/, const ConstMatrixRef<T>& k2 /*[S x d]*/,
@@ -316,7 +316,7 @@ AttentionMaps<T> dint_attention_maps(const ConstMatrixRef<T>& q1 /*[N x d]*/, co
 
     const bool causal_mode = integral_mode != DintIntegral::global_mean;
     if (causal_mode) {
-        // SPEC 2.3 / 6: with a KV cache, G needs the A1 rows of the S - N earlier queries.
+        // docs/math.md §2.3 / 6: with a KV cache, G needs the A1 rows of the S - N earlier queries.
         require<OptionError>(cached == 0 || history != nullptr, function, ": K1 is ", seq_len_kv, "x", k1.cols(),
                              " but Q1 is ", seq_len_q, "x", q1.cols(), " (S > N: a causal integral with a KV cache",
                              " needs a DintHistory of the ", cached, " earlier rows)");
@@ -333,7 +333,7 @@ AttentionMaps<T> dint_attention_maps(const ConstMatrixRef<T>& q1 /*[N x d]*/, co
             }
         }
     } else {
-        // SPEC 2.3: global_mean sees the future, so only mask none and no earlier rows.
+        // docs/math.md §2.3: global_mean sees the future, so only mask none and no earlier rows.
         require<OptionError>(options.mask == MaskKind::none, function,
                              ": integral global_mean sees the future and needs mask none, not causal");
         require<OptionError>(history_rows == 0, function, ": integral global_mean cannot continue a history (",
@@ -373,7 +373,7 @@ AttentionMaps<T> dint_attention_maps(const ConstMatrixRef<T>& q1 /*[N x d]*/, co
 
     // combined = A1 - lambda A2 + lambda integral (gamma = lambda)              [N x S]
     maps.combined = maps.a1 - lambda * maps.a2 + lambda * maps.integral;
-    // SPEC 1: a query row allowed no key at all has an all-zero output row (this only matters for
+    // docs/math.md §1: a query row allowed no key at all has an all-zero output row (this only matters for
     // causal_mean with a history, where G would otherwise carry the earlier rows' mass).
     const Index valid_len = valid_len_of(options, seq_len_kv);
     for (Index n = 0; n < seq_len_q; ++n) {
@@ -383,7 +383,7 @@ AttentionMaps<T> dint_attention_maps(const ConstMatrixRef<T>& q1 /*[N x d]*/, co
     return maps;
 }
 
-/// SPEC 2.3: O = (A1 - lambda A2 + lambda integral) V  [N x dv].
+/// docs/math.md §2.3: O = (A1 - lambda A2 + lambda integral) V  [N x dv].
 template <typename T>
 RowMatrix<T> dint_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, const ConstMatrixRef<T>& q2,
                             const ConstMatrixRef<T>& k2, const ConstMatrixRef<T>& v, NonDeducedT<T> lambda,

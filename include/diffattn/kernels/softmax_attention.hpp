@@ -1,4 +1,4 @@
-// Softmax attention (SPEC 2.1): O = softmax(s Q K^T + M) V, computed tile by tile.
+// Softmax attention (docs/math.md §2.1): O = softmax(s Q K^T + M) V, computed tile by tile.
 #pragma once
 
 #include "diffattn/kernels/attention_core.hpp"
@@ -26,7 +26,7 @@ void softmax_attention(const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k, c
 
 }  // namespace detail
 
-/// Softmax attention of one head (SPEC 2.1).
+/// Softmax attention of one head (docs/math.md §2.1).
 ///   q [N x d], k [S x d], v [S x dv] with S >= N; out [N x dv], written (caller-owned, must not alias inputs).
 ///   Any argument may be a column block of a wider row-major matrix (one head of many); no copy is made.
 ///   workspace: optional scratch reused across calls (else a temporary one is allocated).

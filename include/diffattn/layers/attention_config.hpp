@@ -1,4 +1,4 @@
-// Geometry of the multi-head attention modules (SPEC 3): the attention kind, the head layout
+// Geometry of the multi-head attention modules (docs/math.md §3): the attention kind, the head layout
 // and every derived width, as a plain struct with accessors (the llama.cpp hparams style).
 //
 // Buffers of one call, all row-major with one row per token:
@@ -19,16 +19,16 @@
 
 namespace diffattn {
 
-/// config.json `attention` (SPEC 5).
+/// config.json `attention` (docs/math.md §5).
 enum class AttentionKind {
-    softmax,      ///< baseline multi-head attention (SPEC 3.2)
-    diff,         ///< DIFF Transformer (SPEC 3.1)
-    dint,         ///< DINT Transformer: DIFF plus the integral term (SPEC 2.3, 3.1)
-    shared_diff,  ///< Shared DIFF: shared base plus low-rank per-head factors (SPEC 3.3)
-    diff_v2,      ///< DIFF Transformer V2: per-token sigmoid lambda (SPEC 3.4)
+    softmax,      ///< baseline multi-head attention (docs/math.md §3.2)
+    diff,         ///< DIFF Transformer (docs/math.md §3.1)
+    dint,         ///< DINT Transformer: DIFF plus the integral term (docs/math.md §2.3, 3.1)
+    shared_diff,  ///< Shared DIFF: shared base plus low-rank per-head factors (docs/math.md §3.3)
+    diff_v2,      ///< DIFF Transformer V2: per-token sigmoid lambda (docs/math.md §3.4)
 };
 
-/// config.json `diff_gqa_pairing`: which key sub-heads the two maps of a grouped head use (SPEC 3.1).
+/// config.json `diff_gqa_pairing`: which key sub-heads the two maps of a grouped head use (docs/math.md §3.1).
 enum class DiffGqaPairing {
     per_head,     ///< map m of head h uses key sub-head 2 (h / rep) + m (official FlashAttention modules)
     per_subhead,  ///< query sub-head t uses key sub-head t / rep (official plain-PyTorch module)
@@ -129,9 +129,9 @@ struct AttentionConfig {
     /// Width of the concatenated head outputs, the input of out_proj / o_proj: H dv.
     Index out_width() const { return n_heads * value_dim(); }
 
-    /// Query map of map m (0 or 1) of head h (SPEC 3.1: sub-heads 2h and 2h+1).
+    /// Query map of map m (0 or 1) of head h (docs/math.md §3.1: sub-heads 2h and 2h+1).
     Index query_map(Index h, Index m) const { return differential() ? 2 * h + m : h; }
-    /// Key map used by map m of head h (SPEC 3.1 diff_gqa_pairing, 3.2, 3.3, 3.4).
+    /// Key map used by map m of head h (docs/math.md §3.1 diff_gqa_pairing, 3.2, 3.3, 3.4).
     Index key_map(Index h, Index m) const {
         switch (kind) {
             case AttentionKind::softmax: return h / rep();
@@ -157,12 +157,12 @@ struct AttentionConfig {
     /// The per-head subln: diff, dint, shared_diff.
     bool has_subln() const { return has_lambda(); }
     double lambda_init() const { return diffattn::lambda_init(depth); }
-    /// Factor after subln: (1 - lambda_init) for diff and shared_diff only (SPEC 3.1, 3.3); 1 otherwise.
+    /// Factor after subln: (1 - lambda_init) for diff and shared_diff only (docs/math.md §3.1, 3.3); 1 otherwise.
     double output_scale() const {
         return (kind == AttentionKind::diff || kind == AttentionKind::shared_diff) ? 1.0 - lambda_init() : 1.0;
     }
     MaskKind mask() const { return causal ? MaskKind::causal : MaskKind::none; }
-    /// Name of the output projection: `out_proj` (SPEC 3.1-3.3) or `o_proj` (diff_v2, SPEC 3.4).
+    /// Name of the output projection: `out_proj` (docs/math.md §3.1-3.3) or `o_proj` (diff_v2, docs/math.md §3.4).
     const char* out_proj_name() const { return kind == AttentionKind::diff_v2 ? "o_proj" : "out_proj"; }
 
     /// Number of parameters (docs/model.md):
@@ -233,7 +233,7 @@ struct AttentionConfig {
                                  shared_diff_rank);
             require<ConfigError>(kv_heads() == n_heads, where, "num_key_value_heads (", kv_heads(),
                                  ") must equal num_attention_heads (", n_heads,
-                                 ") for attention shared_diff (its v_proj has no grouping, SPEC 3.3)");
+                                 ") for attention shared_diff (its v_proj has no grouping, docs/math.md §3.3)");
         }
         require<ConfigError>(head_dim() % 2 == 0, where, "the query/key map width d = ", head_dim(),
                              " must be even for the interleaved rotary embedding (attention ", to_string(kind),

@@ -1,4 +1,4 @@
-// The per-head step of the multi-head modules, one small policy per attention kind (SPEC 3).
+// The per-head step of the multi-head modules, one small policy per attention kind (docs/math.md §3).
 //
 // Everything around the heads (projections, rotary, subln, output projection) is shared by all
 // kinds and lives in MultiHeadAttention; a policy only says which single-head kernel turns the
@@ -31,7 +31,7 @@ struct HeadContext {
     mutable MatrixRef<T> heads;     ///< [N x out_width] head outputs (written per head)
     mutable MatrixRef<T> second;    ///< diff_v2: [N x out_width] O[2h+1] (written per head); else unused
     ConstMatrixRef<T> lambda_gate;  ///< diff_v2: [N x H] sigmoid(l); else unused
-    T lambda;                       ///< DIFF family: the layer's lambda (SPEC 2.5)
+    T lambda;                       ///< DIFF family: the layer's lambda (docs/math.md §2.5)
     AttentionOptions options;       ///< mask (causal / none), default scale 1/sqrt(d)
     DintHistory<T>* dint_histories; ///< dint with a KV cache: [H] per-head histories; nullptr without
 
@@ -50,7 +50,7 @@ struct HeadContext {
     DintHistory<T>* dint_history(Index h) const { return dint_histories ? dint_histories + h : nullptr; }
 };
 
-/// softmax (SPEC 3.2): O_h = softmax(s Q_h K_g^T + M) V_g, g = h / rep.
+/// softmax (docs/math.md §3.2): O_h = softmax(s Q_h K_g^T + M) V_g, g = h / rep.
 struct SoftmaxHeads {
     template <typename T>
     static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws) {
@@ -58,7 +58,7 @@ struct SoftmaxHeads {
     }
 };
 
-/// diff and shared_diff (SPEC 2.2, 3.1, 3.3): O_h = (A1 - lambda A2) V_g.
+/// diff and shared_diff (docs/math.md §2.2, 3.1, 3.3): O_h = (A1 - lambda A2) V_g.
 struct DiffHeads {
     template <typename T>
     static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws) {
@@ -67,7 +67,7 @@ struct DiffHeads {
     }
 };
 
-/// dint (SPEC 2.3, 3.1): O_h = (A1 - lambda A2 + lambda I) V_g.
+/// dint (docs/math.md §2.3, 3.1): O_h = (A1 - lambda A2 + lambda I) V_g.
 struct DintHeads {
     template <typename T>
     static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws) {
@@ -76,7 +76,7 @@ struct DintHeads {
     }
 };
 
-/// diff_v2 (SPEC 3.4): O_h = O[2h] - sigmoid(l[:, h]) O[2h+1], each O[t] an ordinary softmax
+/// diff_v2 (docs/math.md §3.4): O_h = O[2h] - sigmoid(l[:, h]) O[2h+1], each O[t] an ordinary softmax
 /// attention of query head t over kv head t / (2H / Hkv).
 struct DiffV2Heads {
     template <typename T>

@@ -1,4 +1,4 @@
-// One layer's share of a KV cache, as a multi-head attention module sees it (SPEC 6).
+// One layer's share of a KV cache, as a multi-head attention module sees it (docs/math.md §6).
 //
 // The module writes the N rotated key rows and value rows of its call at rows [length, length + N)
 // and attends over rows [0, length + N) (the kernels' S >= N form, causal offset S - N = length);

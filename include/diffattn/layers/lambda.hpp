@@ -1,4 +1,4 @@
-// The learnable lambda of differential attention (SPEC 2.5), one per layer, shared by its heads.
+// The learnable lambda of differential attention (docs/math.md §2.5), one per layer, shared by its heads.
 //   lambda      = exp(dot(lq1, lk1)) - exp(dot(lq2, lk2)) + lambda_init
 //   lambda_init = 0.8 - 0.6 * exp(-0.3 * depth),  depth = 0-based layer index
 #pragma once
@@ -9,7 +9,7 @@
 
 namespace diffattn {
 
-/// lambda_init(depth) = 0.8 - 0.6 exp(-0.3 depth) (SPEC 2.5; depth is the 0-based layer index).
+/// lambda_init(depth) = 0.8 - 0.6 exp(-0.3 depth) (docs/math.md §2.5; depth is the 0-based layer index).
 inline double lambda_init(Index depth) { return 0.8 - 0.6 * std::exp(-0.3 * static_cast<double>(depth)); }
 
 /// The four re-parameterisation vectors of lambda, each [d] (d = width of one query/key map).

@@ -1,4 +1,4 @@
-// Linear projection without bias, in PyTorch nn.Linear layout (SPEC 3): y = x W^T.
+// Linear projection without bias, in PyTorch nn.Linear layout (docs/math.md §3): y = x W^T.
 #pragma once
 
 #include "diffattn/core/checks.hpp"

@@ -1,4 +1,4 @@
-// Multi-head attention modules of SPEC 3: softmax, diff, dint, shared_diff, diff_v2 — one
+// Multi-head attention modules of docs/math.md §3: softmax, diff, dint, shared_diff, diff_v2 — one
 // module, with the attention kind as a small head policy (layers/attention_heads.hpp) chosen in
 // exactly one switch.
 //
@@ -10,7 +10,7 @@
 //     O_h = (1 - lambda_init?) * subln(O_h)        (DIFF family; the factor for diff, shared_diff)
 //   y = concat_h(O_h) out_proj^T
 //
-// KV cache (SPEC 6): the rotated K and V rows of the new tokens are written to the layer's cache
+// KV cache (docs/math.md §6): the rotated K and V rows of the new tokens are written to the layer's cache
 // (layers/kv_cache_view.hpp) after its `length` earlier rows, the heads read all S = length + N
 // rows (the kernels' S >= N form, causal offset S - N), positions start at `length` and DINT heads
 // pass their per-head DintHistory. Without a cache the same path runs over a view of the scratch
@@ -76,7 +76,7 @@ public:
     AttentionWeights<T>& weights() { return weights_; }
 
     /// The model-file tensors of this module under `prefix` (e.g. "model.layers.3.self_attn."),
-    /// in the order of SPEC 3, each viewing its storage here. Handing out writable views drops a
+    /// in the order of docs/math.md §3, each viewing its storage here. Handing out writable views drops a
     /// Shared DIFF merge (the factors may change).
     void collect_parameters(const std::string& prefix, ParameterList<T>& list) {
         AttentionWeights<T>& w = weights_;
@@ -120,7 +120,7 @@ public:
     }
     bool merged() const { return merged_; }
 
-    /// The layer's lambda (SPEC 2.5) for the DIFF family; 0 for softmax and diff_v2.
+    /// The layer's lambda (docs/math.md §2.5) for the DIFF family; 0 for softmax and diff_v2.
     double lambda() const { return config_.has_lambda() ? weights_.lambda.value(config_.lambda_init()) : 0.0; }
 
     /// y = Attention(x) for one sequence of N tokens at positions 0 .. N-1.
@@ -134,7 +134,7 @@ public:
         forward(x, out, scratch, context, nullptr);
     }
 
-    /// As above for N new tokens after the `cache->length` tokens of a KV cache (SPEC 6): their
+    /// As above for N new tokens after the `cache->length` tokens of a KV cache (docs/math.md §6): their
     /// positions are length .. length + N - 1, their rotated keys and values are written to cache
     /// rows [length, length + N), and they attend to all length + N cached rows. `cache` null is
     /// the plain forward (an empty cache over the scratch). The cache's length is not advanced
@@ -159,11 +159,11 @@ public:
         auto v = kv.values.middleRows(kv.length, n);        // [N x v_width] this call's values, in the cache
         auto heads = scratch.heads.topRows(n);              // [N x out_width]
 
-        // 1. Projections (SPEC 3.1-3.4).
+        // 1. Projections (docs/math.md §3.1-3.4).
         project_queries_and_keys(x, q, k, scratch, context);
         linear<T>(x, weights_.v_proj, v, context);
 
-        // 2. Rotary on every query and key map (SPEC 3.1); positions start at the cache length.
+        // 2. Rotary on every query and key map (docs/math.md §3.1); positions start at the cache length.
         kv.rotary->apply(q, first_position);
         kv.rotary->apply(k, first_position);
 

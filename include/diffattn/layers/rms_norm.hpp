@@ -1,8 +1,8 @@
-// RMSNorm (SPEC 4): y = x / sqrt(mean(x^2) + eps) * w, row by row.
+// RMSNorm (docs/math.md §4): y = x / sqrt(mean(x^2) + eps) * w, row by row.
 //
 // A small function object in the CTranslate2 style: it holds the weight and eps, the caller
 // owns the output. Used for input_layernorm, post_attention_layernorm, model.norm and the
-// per-head subln of the differential attention modules (SPEC 3.1).
+// per-head subln of the differential attention modules (docs/math.md §3.1).
 #pragma once
 
 #include "diffattn/core/checks.hpp"
@@ -12,7 +12,7 @@
 
 namespace diffattn {
 
-/// The eps of the per-head subln (SPEC 3.1 and 4: always 1e-5, independent of rms_norm_eps).
+/// The eps of the per-head subln (docs/math.md §3.1 and 4: always 1e-5, independent of rms_norm_eps).
 inline constexpr double kSublnEps = 1e-5;
 
 template <typename T>

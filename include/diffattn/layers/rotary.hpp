@@ -1,4 +1,4 @@
-// Interleaved rotary position embedding (SPEC 3.1).
+// Interleaved rotary position embedding (docs/math.md §3.1).
 //
 // Each query/key map of width d is rotated pair by pair, pairs (0,1), (2,3), ... ("interleaved",
 // the layout of the official DIFF code and of FlashAttention's apply_rotary_emb(interleaved=True)):

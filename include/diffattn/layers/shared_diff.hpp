@@ -1,4 +1,4 @@
-// Shared DIFF projections (SPEC 3.3, shared-diff-transformer): every query/key map is a shared
+// Shared DIFF projections (docs/math.md §3.3, shared-diff-transformer): every query/key map is a shared
 // base plus a per-head low-rank correction,
 //   Q1[h] = X (q_base^T + q1_a[h] q1_b[h]^T),  likewise Q2 (q2_*), K1 (k1_*), K2 (k2_*).
 //

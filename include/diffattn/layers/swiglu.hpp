@@ -1,4 +1,4 @@
-// SwiGLU feed-forward (SPEC 4): y = (silu(x Wg^T) * (x Wu^T)) Wd^T.
+// SwiGLU feed-forward (docs/math.md §4): y = (silu(x Wg^T) * (x Wu^T)) Wd^T.
 #pragma once
 
 #include "diffattn/core/checks.hpp"

@@ -1,7 +1,7 @@
-// Model configuration (SPEC 5): one field per config.json key, plus derived values.
+// Model configuration (docs/math.md §5): one field per config.json key, plus derived values.
 //
 // A plain struct in the llama.cpp hparams style: fields are what the file says, accessors derive
-// everything else. Defaults are SPEC 5's; the keys SPEC 5 gives no default for are required by
+// everything else. Defaults are docs/math.md §5's; the keys docs/math.md §5 gives no default for are required by
 // the JSON reader (model/config_json.hpp) and zero here, which validate() rejects.
 #pragma once
 
@@ -42,7 +42,7 @@ struct ModelConfig {
     Index kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
     MaskKind mask() const { return causal ? MaskKind::causal : MaskKind::none; }
 
-    /// The attention module of layer `layer` (its depth sets lambda_init, SPEC 2.5).
+    /// The attention module of layer `layer` (its depth sets lambda_init, docs/math.md §2.5).
     AttentionConfig attention_config(Index layer = 0) const {
         AttentionConfig c;
         c.kind = attention;

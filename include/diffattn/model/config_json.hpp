@@ -1,6 +1,6 @@
-// config.json <-> ModelConfig (SPEC 5), with nlohmann-json.
+// config.json <-> ModelConfig (docs/math.md §5), with nlohmann-json.
 //
-//  - a missing key (or a JSON null) takes its SPEC 5 default; keys without one (attention,
+//  - a missing key (or a JSON null) takes its docs/math.md §5 default; keys without one (attention,
 //    hidden_size, num_attention_heads, num_hidden_layers, intermediate_size, vocab_size, and
 //    shared_diff_rank / head_dim for the kinds that use them) are required;
 //  - a value of the wrong type or out of range is a ConfigError naming the key and the value;
@@ -119,7 +119,7 @@ inline const std::vector<const char*>& known_config_keys() {
 
 }  // namespace detail
 
-/// Parses a config.json object (SPEC 5) and validates it (ModelConfig::validate).
+/// Parses a config.json object (docs/math.md §5) and validates it (ModelConfig::validate).
 ///   source:   how messages name the file, e.g. "config.json \"models/x/config.json\"".
 ///   warnings: unknown or unused keys, one message each (may be null: then they are dropped).
 /// Throws ConfigError naming the key for a bad or missing value.
@@ -285,7 +285,7 @@ inline ModelConfig read_model_config(const std::filesystem::path& path, std::ost
     return config;
 }
 
-/// The config.json object of a configuration (every SPEC 5 key that applies to its kind).
+/// The config.json object of a configuration (every docs/math.md §5 key that applies to its kind).
 inline nlohmann::ordered_json model_config_to_json(const ModelConfig& c) {
     nlohmann::ordered_json j;
     j["attention"] = to_string(c.attention);

@@ -1,4 +1,4 @@
-// Pre-norm decoder layer (SPEC 4):
+// Pre-norm decoder layer (docs/math.md §4):
 //   Y  = X + Attn(RMSNorm_in(X))
 //   X' = Y + SwiGLU(RMSNorm_post(Y))
 // With "causal": false the same layer is a bidirectional encoder layer (attention mask none).
@@ -40,7 +40,7 @@ struct LayerScratch {
 template <typename T>
 struct DecoderLayer {
     RmsNorm<T> input_layernorm;           ///< [D]  `input_layernorm.weight`
-    MultiHeadAttention<T> self_attn;      ///< `self_attn.*` (SPEC 3)
+    MultiHeadAttention<T> self_attn;      ///< `self_attn.*` (docs/math.md §3)
     RmsNorm<T> post_attention_layernorm;  ///< [D]  `post_attention_layernorm.weight`
     SwiGlu<T> mlp;                        ///< `mlp.gate_proj`, `mlp.up_proj` [F x D], `mlp.down_proj` [D x F]
 

@@ -1,4 +1,4 @@
-// Decoder model (SPEC 4, 5): token embedding, L pre-norm layers, final RMSNorm, lm_head.
+// Decoder model (docs/math.md §4, 5): token embedding, L pre-norm layers, final RMSNorm, lm_head.
 //   X_0    = embed_tokens[tokens]
 //   X_i+1  = DecoderLayer_i(X_i)
 //   logits = RMSNorm(X_L) lm_head^T            (lm_head = embed_tokens when tied)
@@ -52,7 +52,7 @@ public:
         if (!config_.tie_word_embeddings) lm_head = RowMatrix<T>::Zero(config_.vocab_size, config_.hidden_size);
     }
 
-    /// Loads `dir`/config.json and `dir`/model.safetensors (SPEC 5). Every tensor the model needs
+    /// Loads `dir`/config.json and `dir`/model.safetensors (docs/math.md §5). Every tensor the model needs
     /// must be present with exactly its shape, and no other tensor may be there; F32, F16, BF16 and
     /// F64 are converted to T. Throws ConfigError (config.json, naming the key) or FileError (naming
     /// the file and the tensor). Unknown config keys go to `warnings` (may be null).
@@ -145,7 +145,7 @@ public:
     /// logits [N x V] of the N tokens, into caller-owned `logits`.
     ///
     /// Without a cache the tokens are a whole sequence at positions 0 .. N-1. With a cache
-    /// (SPEC 6) they continue the cache's sequence: positions cache->length() .. + N - 1; every
+    /// (docs/math.md §6) they continue the cache's sequence: positions cache->length() .. + N - 1; every
     /// layer appends their rotated keys and values to the cache and attends over all cached rows
     /// (DINT heads continue their histories), then the cache's length grows by N. Prefill (an empty
     /// cache, the whole prompt) and decode (one token or a chunk per call) are the same call, and

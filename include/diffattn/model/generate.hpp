@@ -3,7 +3,7 @@
 //   with the cache:    prefill the prompt in one call into a KvCache, then one decode call per
 //                      new token (the token just chosen, at the next position);
 //   without the cache: every step reruns the full forward over prompt + tokens so far.
-// SPEC 6 says both see the same logits (up to rounding), so both choose the same tokens.
+// docs/math.md §6 says both see the same logits (up to rounding), so both choose the same tokens.
 #pragma once
 
 #include "diffattn/core/error.hpp"

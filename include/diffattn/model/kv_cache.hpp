@@ -1,4 +1,4 @@
-// The KV cache of one sequence for incremental decoding (SPEC 6): per layer the rotated keys and
+// The KV cache of one sequence for incremental decoding (docs/math.md §6): per layer the rotated keys and
 // the values of every token so far, and per layer and head the DINT history (causal_mean: the
 // running sum of O1 rows; causal_softmax: the running column sums of A1).
 //

@@ -1,4 +1,4 @@
-// The tensors of a model file (SPEC 5) from its configuration alone: the name and shape of every
+// The tensors of a model file (docs/math.md §5) from its configuration alone: the name and shape of every
 // tensor of model.safetensors, in file order, with no weight allocated.
 //
 // DecoderModel::load compares a file's header with them before it allocates the model, so a
@@ -22,7 +22,7 @@ namespace diffattn {
 
 /// Calls visit(name, shape) (a std::string and a std::vector<Index>) for every tensor of the
 /// `self_attn.` module of layer prefix `prefix` ("model.layers.<i>.self_attn."), as
-/// MultiHeadAttention::collect_parameters lists them (SPEC 3): the projections (Shared DIFF: bases
+/// MultiHeadAttention::collect_parameters lists them (docs/math.md §3): the projections (Shared DIFF: bases
 /// [d, D] and factors [H, D, r], [H, d, r]), v_proj [v_width, D], out_proj / o_proj [D, out_width],
 /// diff_v2's lambda_proj [H, D], the lambda vectors [d] and subln [2d].
 template <typename Visit>
