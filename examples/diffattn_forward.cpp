@@ -20,6 +20,7 @@
 // Every error (a bad or repeated flag, file, configuration, token id, or sizes the machine cannot
 // hold) prints a message naming the problem and exits with status 2; sizes are checked before
 // anything is printed. Results do not depend on --threads (each head writes its own output columns).
+#include "diffattn/core/isa.hpp"
 #include "diffattn/io/safetensors.hpp"
 #include "diffattn/model/config_json.hpp"
 #include "diffattn/model/decoder_model.hpp"
@@ -221,7 +222,8 @@ int run(const Options& options) {
     std::cout << "model: " << (options.model_dir ? *options.model_dir : std::string("embedded demo model (seed 1234)"))
               << "\n"
               << config << "parameters: " << model.parameter_count() << "\n"
-              << "precision: " << (std::is_same_v<T, double> ? "double" : "float") << "\n";
+              << "precision: " << (std::is_same_v<T, double> ? "double" : "float") << "\n"
+              << "vector ISA: " << diffattn::compiled_isa() << "\n";
 #if !defined(DIFFATTN_HAS_OPENMP)
     if (single_threaded_build) std::cout << "note: built without OpenMP, running on 1 thread\n";
 #endif

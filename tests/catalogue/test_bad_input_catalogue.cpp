@@ -244,6 +244,10 @@ TEST_CASE("write target that is not a regular file", "[catalogue][files][write]"
     REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
     CHECK_ERROR(FileError, write_safetensors(fifo, {{"v", v}}), "logits.safetensors", "not a regular file", "FIFO");
     CHECK(fs::is_fifo(fifo));
+    // config.json is written the same way.
+    CHECK_ERROR(FileError, write_model_config(fifo, tiny(AttentionKind::diff)), "write_model_config",
+                "logits.safetensors", "not a regular file", "FIFO");
+    CHECK(fs::is_fifo(fifo));
     CHECK_ERROR(FileError, write_safetensors(dir.path(), {{"v", v}}), "is a directory");
     // A symbolic link is neither followed nor replaced (docs/safetensors.md says why).
     const fs::path link = dir.path() / "link.safetensors";

@@ -13,6 +13,7 @@
 
 #include "diffattn/core/error.hpp"
 #include "diffattn/io/detail/strict_json.hpp"
+#include "diffattn/io/replace_file.hpp"
 #include "diffattn/model/config.hpp"
 
 #include <nlohmann/json.hpp>
@@ -308,10 +309,14 @@ inline nlohmann::ordered_json model_config_to_json(const ModelConfig& c) {
 }
 
 /// Writes model_config_to_json(config) to `path` (pretty-printed). FileError on failure.
+/// The file is replaced only once complete, as write_safetensors replaces its target
+/// (io/replace_file.hpp): a target that is not a regular file is refused, a failed write leaves it
+/// as it was.
 inline void write_model_config(const std::filesystem::path& path, const ModelConfig& config) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << model_config_to_json(config).dump(2) << "\n";
-    require<FileError>(out.good(), "config.json \"", path.string(), "\": cannot write the file");
+    const std::string text = model_config_to_json(config).dump(2) + "\n";
+    detail::ReplacingFile out(path, "write_model_config");
+    out.write(text.data(), text.size());
+    out.commit();
 }
 
 }  // namespace diffattn
