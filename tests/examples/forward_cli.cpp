@@ -113,25 +113,11 @@ void write_nan_model(const fs::path& dir, Index vocab, NanRow nan_row) {
     model_test::write_model_dir(dir, config, model_test::tensors_of(model));
 }
 
-/// The expected top-5 of the last logits row of `tokens`: the finite logits largest first (ties
-/// by the lower id), then the NaN ones by id. Computed with a plain sort of the finite values.
+/// The expected top-5 of the last logits row of `tokens`, by a plain sort (NaN last).
 std::vector<Index> expected_top5(const fs::path& dir, const std::vector<Token>& tokens) {
     const DecoderModel<float> model = DecoderModel<float>::load(dir);
     const RowMatrix<float> logits = model.logits(tokens);
-    const auto last = logits.row(logits.rows() - 1);
-    std::vector<std::pair<float, Index>> finite;
-    std::vector<Index> nan;
-    for (Index v = 0; v < last.size(); ++v) {
-        if (std::isnan(last(v))) {
-            nan.push_back(v);
-        } else {
-            finite.emplace_back(-last(v), v);  // ascending: largest logit first, then lower id
-        }
-    }
-    std::sort(finite.begin(), finite.end());
-    std::vector<Index> top;
-    for (const auto& entry : finite) top.push_back(entry.second);
-    top.insert(top.end(), nan.begin(), nan.end());
+    std::vector<Index> top = model_test::ranking_by_sort(logits.row(logits.rows() - 1).transpose());
     top.resize(std::min<std::size_t>(5, top.size()));
     return top;
 }

@@ -1,6 +1,7 @@
 // Helpers of the model tests: temporary directories and writing model directories
 // (config.json + model.safetensors, F32) from a model's parameter list; the golden model directories;
-// the peak resident set size (Linux /proc), to show that a refused file allocated nothing.
+// the peak resident set size (Linux /proc), to show that a refused file allocated nothing; the
+// logit ranking by a plain sort (an oracle of model/logit_ranking.hpp).
 #pragma once
 
 #include "diffattn/io/safetensors.hpp"
@@ -13,12 +14,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -95,6 +98,25 @@ inline void write_sparse_f16_file(const std::filesystem::path& path, std::uint64
         if (!out) throw std::runtime_error("cannot write " + path.string());
     }
     std::filesystem::resize_file(path, 8 + header.size() + 2 * elements);
+}
+
+/// The ranking of model/logit_ranking.hpp by a plain sort (a test oracle): the finite and infinite logits by value (descending, ties by id),
+/// then the NaN ids ascending.
+inline std::vector<Index> ranking_by_sort(const Vector<float>& logits) {
+    std::vector<std::pair<float, Index>> numbers;
+    std::vector<Index> nans;
+    for (Index i = 0; i < logits.size(); ++i) {
+        if (std::isnan(logits(i))) {
+            nans.push_back(i);
+        } else {
+            numbers.emplace_back(-logits(i), i);
+        }
+    }
+    std::sort(numbers.begin(), numbers.end());
+    std::vector<Index> ids;
+    for (const auto& entry : numbers) ids.push_back(entry.second);
+    ids.insert(ids.end(), nans.begin(), nans.end());
+    return ids;
 }
 
 /// Every model directory under tests/data/models that has golden logits, sorted.

@@ -21,25 +21,6 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-/// The ranking by a plain sort: the finite and infinite logits by value (descending, ties by id),
-/// then the NaN ids ascending.
-std::vector<Index> ranking_by_sort(const Vector<float>& logits) {
-    std::vector<std::pair<float, Index>> numbers;
-    std::vector<Index> nans;
-    for (Index i = 0; i < logits.size(); ++i) {
-        if (std::isnan(logits(i))) {
-            nans.push_back(i);
-        } else {
-            numbers.emplace_back(-logits(i), i);
-        }
-    }
-    std::sort(numbers.begin(), numbers.end());
-    std::vector<Index> ids;
-    for (const auto& entry : numbers) ids.push_back(entry.second);
-    ids.insert(ids.end(), nans.begin(), nans.end());
-    return ids;
-}
-
 }  // namespace
 
 TEST_CASE("top_logits ranks NaN last, whatever its place", "[model][ranking]") {
@@ -49,7 +30,7 @@ TEST_CASE("top_logits ranks NaN last, whatever its place", "[model][ranking]") {
     for (Index i = 0; i < logits.size(); ++i) {
         logits(i) = i % 3 == 0 ? kNaN : 3.0f * std::sin(0.37f * static_cast<float>(i * i));
     }
-    const std::vector<Index> expected = ranking_by_sort(logits);
+    const std::vector<Index> expected = model_test::ranking_by_sort(logits);
     for (Index k : {Index(0), Index(1), Index(5), Index(100), Index(256), Index(300)}) {
         INFO("k = " << k);
         const std::vector<Index> top = top_logits(logits, k);
