@@ -188,7 +188,7 @@ TEST_CASE("tokenizer bad input: vocab and merges") {
     j["model"]["merges"] = {"abc"};
     check_words(config_error_of(j), {"model.merges[0]", "two tokens separated by one space"});
     j = base();
-    j["model"]["merges"] = {json::array({"a"})};
+    j["model"]["merges"] = json::array({json::array({"a"})});
     check_words(config_error_of(j), {"model.merges[0]", "[\"left\", \"right\"]"});
     j = base();
     j["model"].erase("merges");
@@ -225,7 +225,7 @@ TEST_CASE("tokenizer bad input: added tokens and the template") {
                     {"post_processor.single[0]", "\"<s>\" has no \"ids\""});
     check_words(config_error_of(with_template({s, a}, {{"<s>", {{"ids", {5000}}}}})),
                     {"post_processor", "id 5000 names no token"});
-    check_words(config_error_of(with_template({json::array({1})}, specials)), {"post_processor.single[0]"});
+    check_words(config_error_of(with_template(json::array({json::array({1})}), specials)), {"post_processor.single[0]"});
 }
 
 TEST_CASE("tokenizer bad input: text that is not UTF-8, ids that name no token") {

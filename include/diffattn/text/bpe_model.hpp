@@ -71,7 +71,8 @@ public:
         t.merges.reserve(merges.size());
         std::string merged;
         for (std::size_t rank = 0; rank < merges.size(); ++rank) {
-            const auto& [left, right] = merges[rank];
+            const std::string& left = merges[rank].first;  // not a structured binding: the lambda
+            const std::string& right = merges[rank].second;  // below captures them (C++17)
             const auto id = [&](const std::string& token, const char* what) {
                 const auto it = id_of_token.find(token);
                 require<ConfigError>(it != id_of_token.end(), source, ": model.merges[", rank, "] (\"", left, " ",
