@@ -15,6 +15,7 @@
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/io/detail/counted.hpp"
+#include "diffattn/io/detail/strict_json.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -84,12 +85,6 @@ inline std::string format_tensor_shape(const std::vector<Index>& shape) {
         text += std::to_string(shape[i]);
     }
     return text + "]";
-}
-
-/// `text` as a JSON string literal ("name", control characters and invalid UTF-8 escaped or
-/// replaced), so that a tensor name in a message is unambiguous whatever bytes it holds.
-inline std::string quote_json(const std::string& text) {
-    return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 /// Element count and byte size of a tensor.

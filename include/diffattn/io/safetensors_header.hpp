@@ -7,6 +7,7 @@
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/io/detail/counted.hpp"
+#include "diffattn/io/detail/strict_json.hpp"
 #include "diffattn/io/safetensors_format.hpp"
 
 #include <nlohmann/json.hpp>
@@ -88,7 +89,7 @@ private:
         throw safetensors_file_error(file_, std::forward<Parts>(parts)...);
     }
 
-    /// Parses text[0, size) as JSON in two linear passes: a SAX pass that keeps nothing but the
+    /// Parses text[0, size) as JSON in two linear passes: a SAX pass (detail::check_json_text) that keeps nothing but the
     /// keys of the open objects and rejects invalid JSON, nesting deeper than max_header_depth,
     /// arrays and entry objects larger than max_header_array_size, duplicate keys (which
     /// nlohmann's parser would silently resolve), and more than max_tensors tensor entries or
@@ -99,98 +100,36 @@ private:
     /// (nlohmann's callback parser is not used: it rescans the parent object after every entry,
     /// quadratic in the number of tensors.)
     nlohmann::json parse_json(const char* first, std::size_t size) const {
-        struct Checker {
-            struct Container {
-                bool array = false;
-                bool metadata = false;        // the __metadata__ object
-                std::size_t members = 0;      // elements (array) or keys (object) so far
-                std::set<std::string> keys;   // keys seen, for duplicates (none kept past a count limit)
-            };
-            const SafetensorsHeaderChecker& owner;
-            std::vector<Container> open_containers;  // innermost last
-            std::string top_level_key;               // the entry being parsed
-            std::size_t tensor_entries = 0;
-            std::size_t metadata_entries = 0;
-            std::string syntax_error;
-
-            bool element() {  // a value (or a container) inside the innermost container
-                if (!open_containers.empty() && open_containers.back().array &&
-                    ++open_containers.back().members > SafetensorsLimits::max_header_array_size) {
-                    owner.fail("the header holds an array of more than ", SafetensorsLimits::max_header_array_size,
-                               " elements (a shape has at most that many dimensions)");
-                }
-                return true;
-            }
-            bool open(bool array) {
-                element();
-                if (open_containers.size() >= static_cast<std::size_t>(SafetensorsLimits::max_header_depth)) {
-                    owner.fail("the header nests deeper than ", SafetensorsLimits::max_header_depth, " levels");
-                }
-                const bool metadata = !array && open_containers.size() == 1 && top_level_key == "__metadata__";
-                open_containers.push_back({array, metadata, 0, {}});
-                return true;
-            }
-            bool close() {
-                open_containers.pop_back();
-                return true;
-            }
-            bool null() { return element(); }
-            bool boolean(bool) { return element(); }
-            bool number_integer(nlohmann::json::number_integer_t) { return element(); }
-            bool number_unsigned(nlohmann::json::number_unsigned_t) { return element(); }
-            bool number_float(nlohmann::json::number_float_t, const nlohmann::json::string_t&) { return element(); }
-            bool string(nlohmann::json::string_t&) { return element(); }
-            bool binary(nlohmann::json::binary_t&) { return element(); }
-            bool start_object(std::size_t) { return open(false); }
-            bool end_object() { return close(); }
-            bool start_array(std::size_t) { return open(true); }
-            bool end_array() { return close(); }
-            bool key(nlohmann::json::string_t& key) {
-                Container& object = open_containers.back();
-                ++object.members;
-                const bool top_level = open_containers.size() == 1;
-                bool over_limit = false;  // counted, refused after the pass; keep no more keys
-                if (top_level) {
-                    if (key != "__metadata__") ++tensor_entries;
-                    over_limit = tensor_entries > SafetensorsLimits::max_tensors;
-                } else if (object.metadata) {
-                    ++metadata_entries;
-                    over_limit = metadata_entries > SafetensorsLimits::max_metadata_entries;
-                } else if (object.members > SafetensorsLimits::max_header_array_size) {
-                    owner.fail("the header holds an object of more than ", SafetensorsLimits::max_header_array_size,
-                               " members inside ", quote_json(top_level_key), " (an entry has 3)");
-                }
-                if (!over_limit && !object.keys.insert(key).second) {
-                    if (top_level) owner.fail("duplicate key ", quote_json(key), " in the header");
-                    owner.fail("duplicate key ", quote_json(key), " inside ", quote_json(top_level_key));
-                }
-                if (top_level) top_level_key = key;
-                return true;
-            }
-            bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception& error) {
-                syntax_error = error.what();
-                return false;
-            }
-        };
-        // nlohmann's lexer takes a NUL byte for the end of the input, so "{}\0<anything>" would
-        // parse; JSON text never holds a raw NUL (not even inside a string), so reject it first.
-        if (const void* nul = std::memchr(first, 0, size)) {
-            fail("the header is not valid JSON: it holds a NUL byte at header offset ",
-                 static_cast<const char*>(nul) - first);
-        }
-        Checker checker{*this, {}, {}, 0, 0, {}};
-        checker.open_containers.reserve(SafetensorsLimits::max_header_depth);
-        if (!nlohmann::json::sax_parse(first, first + size, &checker, nlohmann::json::input_format_t::json,
-                                       /*strict=*/true, /*ignore_comments=*/false)) {
-            fail("the header is not valid JSON: ", checker.syntax_error);
-        }
-        if (checker.tensor_entries > SafetensorsLimits::max_tensors) {
-            fail("the header holds ", checker.tensor_entries, " tensor entries, over the limit of ",
-                 SafetensorsLimits::max_tensors);
-        }
-        if (checker.metadata_entries > SafetensorsLimits::max_metadata_entries) {
-            fail("__metadata__ holds ", checker.metadata_entries, " entries, over the limit of ",
-                 SafetensorsLimits::max_metadata_entries);
+        JsonLimits limits;
+        limits.max_depth = SafetensorsLimits::max_header_depth;
+        limits.max_array_size = SafetensorsLimits::max_header_array_size;
+        limits.max_object_members = SafetensorsLimits::max_header_array_size;
+        limits.max_top_level_keys = SafetensorsLimits::max_tensors;
+        limits.counted_object = "__metadata__";
+        limits.max_counted_members = SafetensorsLimits::max_metadata_entries;
+        const JsonProblem problem = check_json_text(first, first + size, limits);
+        switch (problem.kind) {
+            case JsonProblem::Kind::none: break;
+            case JsonProblem::Kind::nul_byte:
+                fail("the header is not valid JSON: it holds a NUL byte at header offset ", problem.offset);
+            case JsonProblem::Kind::syntax: fail("the header is not valid JSON: ", problem.message);
+            case JsonProblem::Kind::too_deep:
+                fail("the header nests deeper than ", SafetensorsLimits::max_header_depth, " levels");
+            case JsonProblem::Kind::array_too_long:
+                fail("the header holds an array of more than ", SafetensorsLimits::max_header_array_size,
+                     " elements (a shape has at most that many dimensions)");
+            case JsonProblem::Kind::object_too_large:
+                fail("the header holds an object of more than ", SafetensorsLimits::max_header_array_size,
+                     " members inside ", quote_json(problem.top_level_key), " (an entry has 3)");
+            case JsonProblem::Kind::duplicate_key:
+                if (problem.top_level_key.empty()) fail("duplicate key ", problem.key, " in the header");
+                fail("duplicate key ", problem.key, " inside ", quote_json(problem.top_level_key));
+            case JsonProblem::Kind::too_many_top_level_keys:
+                fail("the header holds ", problem.count, " tensor entries, over the limit of ",
+                     SafetensorsLimits::max_tensors);
+            case JsonProblem::Kind::too_many_counted_members:
+                fail("__metadata__ holds ", problem.count, " entries, over the limit of ",
+                     SafetensorsLimits::max_metadata_entries);
         }
         try {
             return nlohmann::json::parse(first, first + size, nullptr, /*allow_exceptions=*/true,

@@ -194,7 +194,9 @@ namespace detail {
 inline nlohmann::json parse_json_text(const std::string& text, const std::string& source, int max_depth,
                                       const char* what) {
     using Problem = detail::JsonProblem;
-    const Problem problem = detail::check_json_text(text.data(), text.data() + text.size(), {max_depth});
+    detail::JsonLimits limits;
+    limits.max_depth = max_depth;
+    const Problem problem = detail::check_json_text(text.data(), text.data() + text.size(), limits);
     switch (problem.kind) {
         case Problem::Kind::none: break;
         case Problem::Kind::nul_byte:
@@ -205,7 +207,8 @@ inline nlohmann::json parse_json_text(const std::string& text, const std::string
                 detail::concat(source, ": not valid JSON for ", what, ": it nests deeper than ", max_depth, " levels"));
         case Problem::Kind::duplicate_key:
             throw ConfigError(detail::concat(source, ": duplicate key ", problem.key,
-                                             problem.top_level_key.empty() ? "" : " inside ", problem.top_level_key,
+                                             problem.top_level_key.empty() ? "" : " inside ",
+                                             problem.top_level_key.empty() ? "" : detail::quote_json(problem.top_level_key),
                                              ": JSON readers disagree on which value counts"));
         default:  // syntax, and out_of_range for a number like 1e400 (no array limit here)
             throw ConfigError(detail::concat(source, ": not valid JSON: ", problem.message));

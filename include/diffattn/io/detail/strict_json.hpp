@@ -21,30 +21,50 @@ namespace diffattn::detail {
 
 /// What check_json_text found; kind none when the text is valid and within the limits.
 struct JsonProblem {
-    enum class Kind { none, nul_byte, syntax, too_deep, array_too_long, duplicate_key };
+    enum class Kind {
+        none,
+        nul_byte,
+        syntax,
+        too_deep,
+        array_too_long,
+        object_too_large,         ///< an object below the top level, other than the counted one
+        duplicate_key,
+        too_many_top_level_keys,  ///< counted to the end of the text: `count` is the whole count
+        too_many_counted_members, ///< likewise, in the top-level object JsonLimits::counted_object
+    };
     Kind kind = Kind::none;
     std::size_t offset = 0;       ///< nul_byte: the byte offset of the first NUL
+    std::size_t count = 0;        ///< too_many_*: how many there are
     std::string message;          ///< syntax: nlohmann's message (parse_error, or out_of_range for 1e400)
     std::string key;              ///< duplicate_key: the key, as a JSON string literal
-    std::string top_level_key;    ///< duplicate_key: the top-level key it is under, quoted ("" at the top level)
+    std::string top_level_key;    ///< duplicate_key, object_too_large: the top-level key it is under,
+                                  ///< unquoted ("" at the top level)
 
     explicit operator bool() const { return kind != Kind::none; }
 };
 
-/// Limits of check_json_text.
+/// Limits of check_json_text. The count limits let a reader refuse a text of millions of tiny
+/// entries before any DOM is built, with the whole count in its message: past a count limit the
+/// pass keeps no more keys and only counts.
 struct JsonLimits {
-    int max_depth = 32;                                                    ///< open containers at most
-    std::size_t max_array_size = std::numeric_limits<std::size_t>::max();  ///< elements of one array at most
+    static constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
+    int max_depth = 32;                        ///< open containers at most
+    std::size_t max_array_size = unlimited;    ///< elements of one array at most
+    std::size_t max_object_members = unlimited;  ///< members of an object below the top level
+    std::size_t max_top_level_keys = unlimited;  ///< top-level keys, counted_object not counted
+    std::string counted_object;                ///< a top-level key whose object's members are counted
+    std::size_t max_counted_members = unlimited; ///< members of that object at most
 };
 
 /// `text` as a JSON string literal (control characters escaped, invalid UTF-8 replaced), for messages.
-inline std::string json_quoted(const std::string& text) {
+inline std::string quote_json(const std::string& text) {
     return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 /// Checks the JSON text [first, last): no NUL byte, valid JSON (strict: one value, nothing after
-/// it, no comments), nesting at most limits.max_depth, arrays of at most limits.max_array_size
-/// elements, no key twice in one object. Returns the first problem found.
+/// it, no comments), nesting at most limits.max_depth, arrays and inner objects within their
+/// limits, no key twice in one object, and the top-level and counted-object key counts. Returns
+/// the first problem found (a count over its limit is reported after the whole pass).
 inline JsonProblem check_json_text(const char* first, const char* last, const JsonLimits& limits = {}) {
     JsonProblem problem;
     // nlohmann's lexer takes a NUL byte for the end of the input, so "{}\0<anything>" would parse;
@@ -54,42 +74,43 @@ inline JsonProblem check_json_text(const char* first, const char* last, const Js
         problem.offset = static_cast<std::size_t>(static_cast<const char*>(nul) - first);
         return problem;
     }
+    struct Container {
+        bool array = false;
+        bool counted = false;         // the top-level object limits.counted_object
+        std::size_t members = 0;      // elements (array) or keys (object) so far
+        std::set<std::string> keys;   // keys seen, for duplicates (none kept past a count limit)
+    };
     struct Checker {
         const JsonLimits& limits;
         JsonProblem& problem;
-        std::vector<std::set<std::string>> object_keys;  // keys seen so far, innermost object last
-        std::vector<std::size_t> array_sizes;            // elements so far, innermost array last
-        std::vector<bool> is_array;                      // every open container, innermost last
-        std::string top_level_key;                       // the top-level entry being parsed
+        std::vector<Container> open_containers;  // innermost last
+        std::string top_level_key;               // the top-level entry being parsed
+        std::size_t top_level_keys = 0;
+        std::size_t counted_members = 0;
 
         bool fail(JsonProblem::Kind kind) {
             problem.kind = kind;
             return false;  // stops the parse
         }
         bool element() {  // a value (or a container) inside the innermost container
-            if (!is_array.empty() && is_array.back() && ++array_sizes.back() > limits.max_array_size) {
+            if (!open_containers.empty() && open_containers.back().array &&
+                ++open_containers.back().members > limits.max_array_size) {
                 return fail(JsonProblem::Kind::array_too_long);
             }
             return true;
         }
         bool open(bool array) {
             if (!element()) return false;
-            if (is_array.size() >= static_cast<std::size_t>(limits.max_depth)) return fail(JsonProblem::Kind::too_deep);
-            is_array.push_back(array);
-            if (array) {
-                array_sizes.push_back(0);
-            } else {
-                object_keys.emplace_back();
+            if (open_containers.size() >= static_cast<std::size_t>(limits.max_depth)) {
+                return fail(JsonProblem::Kind::too_deep);
             }
+            const bool counted = !array && open_containers.size() == 1 && !limits.counted_object.empty() &&
+                                 top_level_key == limits.counted_object;
+            open_containers.push_back({array, counted, 0, {}});
             return true;
         }
         bool close() {
-            if (is_array.back()) {
-                array_sizes.pop_back();
-            } else {
-                object_keys.pop_back();
-            }
-            is_array.pop_back();
+            open_containers.pop_back();
             return true;
         }
         bool null() { return element(); }
@@ -104,10 +125,23 @@ inline JsonProblem check_json_text(const char* first, const char* last, const Js
         bool start_array(std::size_t) { return open(true); }
         bool end_array() { return close(); }
         bool key(nlohmann::json::string_t& key) {
-            const bool top_level = is_array.size() == 1;
-            if (!object_keys.back().insert(key).second) {
-                problem.key = json_quoted(key);
-                if (!top_level) problem.top_level_key = json_quoted(top_level_key);
+            Container& object = open_containers.back();
+            ++object.members;
+            const bool top_level = open_containers.size() == 1;
+            bool over_limit = false;  // counted, reported after the pass; keep no more keys
+            if (top_level) {
+                if (limits.counted_object.empty() || key != limits.counted_object) ++top_level_keys;
+                over_limit = top_level_keys > limits.max_top_level_keys;
+            } else if (object.counted) {
+                ++counted_members;
+                over_limit = counted_members > limits.max_counted_members;
+            } else if (object.members > limits.max_object_members) {
+                problem.top_level_key = top_level_key;
+                return fail(JsonProblem::Kind::object_too_large);
+            }
+            if (!over_limit && !object.keys.insert(key).second) {
+                problem.key = quote_json(key);
+                if (!top_level) problem.top_level_key = top_level_key;
                 return fail(JsonProblem::Kind::duplicate_key);
             }
             if (top_level) top_level_key = key;
@@ -118,9 +152,18 @@ inline JsonProblem check_json_text(const char* first, const char* last, const Js
             return fail(JsonProblem::Kind::syntax);
         }
     };
-    Checker checker{limits, problem, {}, {}, {}, {}};
+    Checker checker{limits, problem, {}, {}, 0, 0};
+    checker.open_containers.reserve(static_cast<std::size_t>(limits.max_depth > 0 ? limits.max_depth : 0));
     nlohmann::json::sax_parse(first, last, &checker, nlohmann::json::input_format_t::json, /*strict=*/true,
                               /*ignore_comments=*/false);
+    if (problem) return problem;
+    if (checker.top_level_keys > limits.max_top_level_keys) {
+        problem.kind = JsonProblem::Kind::too_many_top_level_keys;
+        problem.count = checker.top_level_keys;
+    } else if (checker.counted_members > limits.max_counted_members) {
+        problem.kind = JsonProblem::Kind::too_many_counted_members;
+        problem.count = checker.counted_members;
+    }
     return problem;
 }
 
