@@ -2,6 +2,8 @@
 // checks of the FileErrors the reader and the writer throw.
 #pragma once
 
+#include "../error_messages.hpp"
+
 #include "diffattn/io/safetensors.hpp"
 
 #include <catch2/catch.hpp>
@@ -112,20 +114,6 @@ inline void require_file_error(const fs::path& path, const std::vector<std::stri
         INFO("fragment: " << fragment);
         CHECK(message.find(fragment) != std::string::npos);
     }
-}
-
-/// The message of the diffattn::Error (or subclass E) that `action` throws; fails the test if it
-/// throws nothing. Any other exception type escapes and fails the test too (the sibling error
-/// classes do not catch each other).
-template <typename E, typename Action>
-std::string error_message(Action&& action) {
-    try {
-        action();
-    } catch (const E& error) {
-        return error.what();
-    }
-    FAIL("no exception thrown");
-    return {};
 }
 
 /// The names in directory `dir`.

@@ -169,7 +169,7 @@ TEST_CASE("safetensors: F64 beyond the float range is an error only when reading
     write_bytes(path, make_file(R"({"x":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}})", data));
     const SafetensorsFile file(path);
     CHECK(file.vector<double>("x")(0) == 1e300);
-    const std::string message = error_message<diffattn::FileError>([&] { (void)file.vector<float>("x"); });
+    const std::string message = message_of<diffattn::FileError>([&] { (void)file.vector<float>("x"); });
     CHECK(message.find("big.safetensors") != std::string::npos);
     CHECK(message.find("\"x\"") != std::string::npos);
     CHECK(message.find("outside the range of float") != std::string::npos);
@@ -184,7 +184,7 @@ TEST_CASE("safetensors: model-level checks name the file, the tensor and the sha
 
     SECTION("wrong shape") {
         const std::string message =
-            error_message<diffattn::FileError>([&] { file.require_tensor("w", {3, 2}); });
+            message_of<diffattn::FileError>([&] { file.require_tensor("w", {3, 2}); });
         CHECK(message.find("checks.safetensors") != std::string::npos);
         CHECK(message.find("\"w\"") != std::string::npos);
         CHECK(message.find("[2, 3]") != std::string::npos);
@@ -203,7 +203,7 @@ TEST_CASE("safetensors: model-level checks name the file, the tensor and the sha
     SECTION("missing tensor") {
         CHECK_FALSE(file.contains("model.norm.weight"));
         const std::string message =
-            error_message<diffattn::FileError>([&] { (void)file.matrix<float>("model.norm.weight"); });
+            message_of<diffattn::FileError>([&] { (void)file.matrix<float>("model.norm.weight"); });
         CHECK(message.find("checks.safetensors") != std::string::npos);
         CHECK(message.find("missing tensor \"model.norm.weight\"") != std::string::npos);
         CHECK_THROWS_AS(file.require_tensor("nope", {1}), diffattn::FileError);
@@ -211,7 +211,7 @@ TEST_CASE("safetensors: model-level checks name the file, the tensor and the sha
     SECTION("unexpected tensors") {
         CHECK_NOTHROW(file.check_no_unexpected({"w", "b", "extra.one", "extra.two", "absent"}));
         const std::string message =
-            error_message<diffattn::FileError>([&] { file.check_no_unexpected({"w", "b"}); });
+            message_of<diffattn::FileError>([&] { file.check_no_unexpected({"w", "b"}); });
         CHECK(message.find("checks.safetensors") != std::string::npos);
         CHECK(message.find("2 unexpected tensors") != std::string::npos);
         CHECK(message.find("\"extra.one\"") != std::string::npos);
@@ -389,7 +389,7 @@ TEST_CASE("safetensors: paths that are not readable regular files are FileErrors
     }
     SECTION("a character device") {
         if (fs::exists("/dev/zero")) {
-            const std::string message = error_message<diffattn::FileError>([] { SafetensorsFile("/dev/zero"); });
+            const std::string message = message_of<diffattn::FileError>([] { SafetensorsFile("/dev/zero"); });
             CHECK(message.find("/dev/zero") != std::string::npos);
             CHECK(message.find("character device") != std::string::npos);
         }
@@ -485,7 +485,7 @@ TEST_CASE("safetensors: a header of many tensors is read in linear time", "[io][
 TEST_CASE("safetensors: a count of one is singular in messages", "[io][safetensors]") {
     // "1 byte", "1 tensor": never "1 bytes" (issue 17).
     const auto message_of_bytes = [](const Bytes& bytes) {
-        return error_message<diffattn::FileError>([&] { (void)SafetensorsFile::from_bytes(bytes, "one.safetensors"); });
+        return message_of<diffattn::FileError>([&] { (void)SafetensorsFile::from_bytes(bytes, "one.safetensors"); });
     };
     const std::vector<std::string> messages = {
         message_of_bytes({0x00}),                                              // the file is 1 byte
@@ -508,8 +508,8 @@ TEST_CASE("safetensors: a count of one is singular in messages", "[io][safetenso
     }
     const Bytes one_tensor = make_file(R"({"w":{"dtype":"F32","shape":[],"data_offsets":[0,4]}})", {0, 0, 0, 0});
     const SafetensorsFile file = SafetensorsFile::from_bytes(one_tensor, "one.safetensors");
-    const std::string missing = error_message<diffattn::FileError>([&] { (void)file.info("v"); });
+    const std::string missing = message_of<diffattn::FileError>([&] { (void)file.info("v"); });
     CHECK(missing.find("(the file holds 1 tensor)") != std::string::npos);
-    const std::string unexpected = error_message<diffattn::FileError>([&] { file.check_no_unexpected({}); });
+    const std::string unexpected = message_of<diffattn::FileError>([&] { file.check_no_unexpected({}); });
     CHECK(unexpected.find("1 unexpected tensor: \"w\"") != std::string::npos);
 }

@@ -141,7 +141,7 @@ TEST_CASE("safetensors: the writer refuses what the reader would", "[io][safeten
     for (std::size_t i = 0; i <= SafetensorsLimits::max_tensors; ++i) {
         tensors.emplace("t" + std::to_string(i), TensorView({0}, none));
     }
-    const std::string message = error_message<diffattn::Error>([&] { diffattn::write_safetensors(path, tensors); });
+    const std::string message = message_of<diffattn::Error>([&] { diffattn::write_safetensors(path, tensors); });
     CHECK(message.find(std::to_string(SafetensorsLimits::max_tensors + 1) + " tensors") != std::string::npos);
     CHECK(message.find("limit of " + std::to_string(SafetensorsLimits::max_tensors)) != std::string::npos);
 
@@ -150,7 +150,7 @@ TEST_CASE("safetensors: the writer refuses what the reader would", "[io][safeten
         metadata.emplace("k" + std::to_string(i), "");
     }
     const std::string metadata_message =
-        error_message<diffattn::Error>([&] { diffattn::write_safetensors(path, {}, metadata); });
+        message_of<diffattn::Error>([&] { diffattn::write_safetensors(path, {}, metadata); });
     CHECK(metadata_message.find(std::to_string(SafetensorsLimits::max_metadata_entries + 1) + " metadata entries") !=
           std::string::npos);
     CHECK_FALSE(fs::exists(path));

@@ -124,11 +124,11 @@ TEST_CASE("safetensors: writer errors", "[io][safetensors]") {
 
     SECTION("unwritable paths are FileErrors naming the path") {
         const std::string into_directory =
-            error_message<diffattn::FileError>([&] { diffattn::write_safetensors(dir.path, {{"v", v}}); });
+            message_of<diffattn::FileError>([&] { diffattn::write_safetensors(dir.path, {{"v", v}}); });
         CHECK(into_directory.find(dir.path.string()) != std::string::npos);
         const fs::path no_parent = dir.path / "missing_folder" / "x.safetensors";
         const std::string missing_parent =
-            error_message<diffattn::FileError>([&] { diffattn::write_safetensors(no_parent, {{"v", v}}); });
+            message_of<diffattn::FileError>([&] { diffattn::write_safetensors(no_parent, {{"v", v}}); });
         CHECK(missing_parent.find("x.safetensors") != std::string::npos);
     }
     SECTION("bad arguments are rejected before the file is created") {
@@ -140,7 +140,7 @@ TEST_CASE("safetensors: writer errors", "[io][safetensors]") {
                         diffattn::ShapeError);
         const double huge[2] = {1.0, 1e300};
         const std::string message =
-            error_message<diffattn::Error>([&] { diffattn::write_safetensors(path, {{"huge", TensorView({2}, huge)}}); });
+            message_of<diffattn::Error>([&] { diffattn::write_safetensors(path, {{"huge", TensorView({2}, huge)}}); });
         CHECK(message.find("\"huge\"") != std::string::npos);
         CHECK(message.find("element 1") != std::string::npos);
         CHECK_THROWS_AS(diffattn::write_safetensors(path, {{std::string("bad\xff"), v}}), diffattn::Error);
