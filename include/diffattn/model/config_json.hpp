@@ -12,6 +12,7 @@
 #pragma once
 
 #include "diffattn/core/error.hpp"
+#include "diffattn/io/detail/counted.hpp"
 #include "diffattn/io/detail/strict_json.hpp"
 #include "diffattn/io/replace_file.hpp"
 #include "diffattn/model/config.hpp"
@@ -243,7 +244,7 @@ inline std::string read_text_file(const std::filesystem::path& path, const std::
                        ": cannot open the file: it is not a regular file (a FIFO, socket or device)");
     const std::uintmax_t size = fs::file_size(path, error);
     require<FileError>(!error, source, ": cannot get the file size: ", error.message());
-    require<FileError>(size <= max_bytes, source, ": the file is ", size, " bytes, over the ", max_bytes,
+    require<FileError>(size <= max_bytes, source, ": the file is ", detail::bytes_count(size), ", over the ", max_bytes,
                        "-byte limit for ", what);
     errno = 0;
     std::ifstream in(path, std::ios::binary);
@@ -257,7 +258,7 @@ inline std::string read_text_file(const std::filesystem::path& path, const std::
     in.read(text.data(), static_cast<std::streamsize>(text.size()));
     require<FileError>(!in.bad(), source, ": read error");
     text.resize(static_cast<std::size_t>(in.gcount()));
-    require<FileError>(text.size() == size, source, ": read ", text.size(), " bytes but the file size is ", size,
+    require<FileError>(text.size() == size, source, ": read ", detail::bytes_count(text.size()), " but the file size is ", size,
                        " (the file changed while being read)");
     return text;
 }
