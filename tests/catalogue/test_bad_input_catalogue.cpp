@@ -2,6 +2,7 @@
 // named like the entry, checking exactly what the table promises (the exception type and the key
 // words of its message, or the defined output). Keep the two in step: an entry added to the
 // README gets its TEST_CASE here.
+#include "../io/safetensors_test_support.hpp"
 #include "../model/model_files.hpp"
 
 #include "diffattn/kernels/diff_attention.hpp"
@@ -16,6 +17,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,19 +29,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// The message of the E thrown by `action`; fails the test if it throws nothing. Any other
-/// exception type escapes and fails the test too (the sibling error classes do not catch each other).
-template <typename E, typename Action>
-std::string message_of(Action&& action) {
-    try {
-        action();
-    } catch (const E& e) {
-        return e.what();
-    }
-    FAIL("no exception was thrown");
-    return {};
-}
-
 /// Checks that `message` holds every fragment.
 void check_words(const std::string& message, std::initializer_list<const char*> fragments) {
     INFO("message: " << message);
@@ -50,7 +39,7 @@ void check_words(const std::string& message, std::initializer_list<const char*> 
 }
 
 #define CHECK_ERROR(ErrorType, expression, ...) \
-    check_words(message_of<ErrorType>([&] { (void)(expression); }), {__VA_ARGS__})
+    check_words(io_test::error_message<ErrorType>([&] { (void)(expression); }), {__VA_ARGS__})
 
 /// The configurations of the catalogue (its error messages quote the vocabulary [0, 32)).
 ModelConfig tiny(AttentionKind kind) { return test::tiny_config(kind, 32); }
@@ -187,6 +176,50 @@ TEST_CASE("path that is a directory, a FIFO or unreadable", "[catalogue][files]"
         CHECK_ERROR(FileError, read_model_config(unreadable), "cannot open the file", "Permission denied");
         CHECK_ERROR(FileError, SafetensorsFile(unreadable), "cannot open the file for reading", "Permission denied");
     }
+}
+
+TEST_CASE("write target that is not a regular file", "[catalogue][files][write]") {
+    // Refused before anything is opened or created; the target is left as it was. A FIFO without a
+    // reader would block an open() for writing forever; /dev/full was once removed by a failed write.
+    model_test::TempDir dir;
+    const Vector<float> v = Vector<float>::Ones(4);
+    if (fs::is_character_file("/dev/full")) {
+        CHECK_ERROR(FileError, write_safetensors("/dev/full", {{"v", v}}), "write_safetensors", "\"/dev/full\"",
+                    "not a regular file but a character device");
+        CHECK(fs::is_character_file("/dev/full"));
+    }
+    const fs::path fifo = dir.path() / "logits.safetensors";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    CHECK_ERROR(FileError, write_safetensors(fifo, {{"v", v}}), "logits.safetensors", "not a regular file", "FIFO");
+    CHECK(fs::is_fifo(fifo));
+    CHECK_ERROR(FileError, write_safetensors(dir.path(), {{"v", v}}), "is a directory");
+    // A symbolic link is neither followed nor replaced (docs/safetensors.md says why).
+    const fs::path link = dir.path() / "link.safetensors";
+    fs::create_symlink("logits.safetensors", link);
+    CHECK_ERROR(FileError, write_safetensors(link, {{"v", v}}), "link.safetensors",
+                "is a symbolic link (to \"logits.safetensors\")");
+    CHECK(fs::is_symlink(link));
+}
+
+TEST_CASE("failed write", "[catalogue][files][write]") {
+    // The file is written beside the target and renamed over it only when complete: a write error
+    // (here EFBIG from a 4 KiB file-size limit; a full disk gives ENOSPC) names the reason and leaves
+    // an existing file byte for byte as it was, with no temporary file behind.
+    model_test::TempDir dir;
+    const fs::path target = dir.path() / "logits.safetensors";
+    const Vector<float> small = Vector<float>::Ones(4);
+    write_safetensors(target, {{"logits", small}});
+    const io_test::Bytes before = io_test::read_bytes(target);
+    const Vector<float> big = Vector<float>::Ones(4096);
+    {
+        io_test::FileSizeLimit limit(4096);
+        CHECK_ERROR(FileError, write_safetensors(target, {{"logits", big}}), "write_safetensors",
+                    "logits.safetensors\" was not written", "File too large", "the file is left as it was");
+    }
+    CHECK(io_test::read_bytes(target) == before);
+    CHECK(io_test::entries_of(dir.path()) == std::set<std::string>{"logits.safetensors"});
+    CHECK_ERROR(FileError, write_safetensors(dir.path() / "absent" / "x.safetensors", {{"logits", small}}),
+                "x.safetensors", "No such file or directory");
 }
 
 TEST_CASE("huge or garbage config.json", "[catalogue][files][config]") {

@@ -9,6 +9,7 @@
 //   F32, F64:                  IEEE 754 binary32 / binary64
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -97,6 +98,21 @@ inline float f16_bits_to_float(std::uint16_t half) noexcept {
 /// Exact bfloat16 -> binary32 conversion: bfloat16 is the high half of a binary32.
 inline float bf16_bits_to_float(std::uint16_t bf16) noexcept {
     return float_from_bits(static_cast<std::uint32_t>(bf16) << 16);
+}
+
+/// `value` rounded to the nearest float into `out`; false when a finite `value` is too large in
+/// magnitude for float (it would round to infinity). Infinities and NaNs convert as themselves.
+inline bool narrow_to_float(double value, float& out) noexcept {
+    constexpr double max_float = static_cast<double>(std::numeric_limits<float>::max());
+    constexpr double rounds_to_infinity = 0x1.ffffffp127;  // 2^128 - 2^103: FLT_MAX + half an ulp
+    const double magnitude = std::fabs(value);
+    if (std::isfinite(value) && magnitude > max_float) {
+        if (magnitude >= rounds_to_infinity) return false;
+        out = value > 0 ? std::numeric_limits<float>::max() : -std::numeric_limits<float>::max();
+        return true;
+    }
+    out = static_cast<float>(value);
+    return true;
 }
 
 }  // namespace diffattn::detail
