@@ -27,7 +27,7 @@
 
 #include "test_support.hpp"
 
-#include "diffattn/core/workspace.hpp"
+#include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/kernels/reference.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"

@@ -5,23 +5,28 @@
 
 #include "diffattn/version.hpp"
 
-// core: Eigen aliases, errors, argument checks, scratch memory
+// core: Eigen aliases, errors, argument checks, the parallel loop
 #include "diffattn/core/checks.hpp"
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
-#include "diffattn/core/workspace.hpp"
 
-// kernels: single-head attention (SPEC 1-2) and the plain reference
+// kernels: single-head attention (SPEC 1-2), its scratch memory (AttentionWorkspace) and the plain
+// reference
 #include "diffattn/kernels/attention_core.hpp"
+#include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/kernels/diff_attention.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
+#include "diffattn/kernels/dint_integral.hpp"
+#include "diffattn/kernels/dint_pipeline.hpp"
+#include "diffattn/kernels/dint_schedule.hpp"
 #include "diffattn/kernels/mask.hpp"
 #include "diffattn/kernels/online_softmax.hpp"
 #include "diffattn/kernels/options.hpp"
 #include "diffattn/kernels/reference.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
 #include "diffattn/kernels/tile_product.hpp"
+#include "diffattn/kernels/tiling.hpp"
 
 // io: checkpoint files
 #include "diffattn/io/safetensors.hpp"

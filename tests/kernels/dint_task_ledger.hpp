@@ -8,8 +8,8 @@
 // Not thread-safe: callers that finish tasks on several threads hold a lock around it.
 #pragma once
 
-#include "diffattn/core/workspace.hpp"
-#include "diffattn/kernels/dint_attention.hpp"
+#include "diffattn/kernels/dint_pipeline.hpp"
+#include "diffattn/kernels/dint_schedule.hpp"
 
 #include <set>
 #include <sstream>

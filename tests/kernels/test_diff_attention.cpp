@@ -1,7 +1,7 @@
 // Fast diff_attention (SPEC 2.2) against the plain reference under SPEC 7.
 #include "test_support.hpp"
 
-#include "diffattn/core/workspace.hpp"
+#include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/kernels/diff_attention.hpp"
 #include "diffattn/kernels/reference.hpp"
 

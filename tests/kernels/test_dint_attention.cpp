@@ -3,7 +3,7 @@
 // computed by the reference, and the history the kernel leaves behind is checked too.
 #include "test_support.hpp"
 
-#include "diffattn/core/workspace.hpp"
+#include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/kernels/reference.hpp"
 #include "dint_task_ledger.hpp"

@@ -4,7 +4,7 @@
 // modes fed in chunks with a history equal one call over the whole sequence (SPEC 6).
 #include "test_support.hpp"
 
-#include "diffattn/core/workspace.hpp"
+#include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/kernels/diff_attention.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/kernels/reference.hpp"

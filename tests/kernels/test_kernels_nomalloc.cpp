@@ -8,7 +8,7 @@
 
 #include "test_support.hpp"
 
-#include "diffattn/core/workspace.hpp"
+#include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/kernels/diff_attention.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"

@@ -1,7 +1,7 @@
 // Fast softmax_attention (SPEC 2.1) against the plain reference under SPEC 7.
 #include "test_support.hpp"
 
-#include "diffattn/core/workspace.hpp"
+#include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/kernels/reference.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
 

@@ -12,7 +12,7 @@
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
-#include "diffattn/core/workspace.hpp"
+#include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/kernels/mask.hpp"
 #include "diffattn/kernels/online_softmax.hpp"
 #include "diffattn/kernels/options.hpp"

@@ -11,7 +11,7 @@
 #pragma once
 
 #include "diffattn/core/types.hpp"
-#include "diffattn/core/workspace.hpp"
+#include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/kernels/diff_attention.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/kernels/options.hpp"

@@ -5,7 +5,7 @@
 
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/types.hpp"
-#include "diffattn/core/workspace.hpp"
+#include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/layers/attention_config.hpp"
 #include "diffattn/layers/head_parallel.hpp"
 #include "diffattn/layers/rotary.hpp"

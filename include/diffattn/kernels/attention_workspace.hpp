@@ -7,34 +7,26 @@
 #pragma once
 
 #include "diffattn/core/types.hpp"
+#include "diffattn/kernels/dint_pipeline.hpp"
 #include "diffattn/kernels/online_softmax.hpp"
+#include "diffattn/kernels/tiling.hpp"
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <vector>
 
 namespace diffattn {
 
-/// Query rows per block and keys per tile of the tiled core.
-inline constexpr Index kQueryTile = 64;
-inline constexpr Index kKeyTile = 128;
-/// Softmax, DIFF and DINT run the query blocks in groups of kGroupBlocks: a group packs each key /
-/// value tile once for all its blocks, so packing costs 1/kGroupBlocks of what it costs per block.
-/// The group's accumulators [kGroupRows x value_dim] (256 KB at value width 256) stay in L2.
-inline constexpr Index kGroupBlocks = 4;
-inline constexpr Index kGroupRows = kGroupBlocks * kQueryTile;
-/// DINT causal_softmax on T > 1 threads splits the key tiles of a query group that needs it
-/// (plan_integral_runs) into up to kKeySegmentsPerThread * T runs, handed out one at a time: more
-/// runs than threads keep both cores busy when one is slowed, at the cost of one more
-/// online-softmax state to merge per run.
-inline constexpr Index kKeySegmentsPerThread = 2;
-
-/// Number of query blocks of kQueryTile rows covering `seq_len_q` rows.
-inline Index query_block_count(Index seq_len_q) { return (seq_len_q + kQueryTile - 1) / kQueryTile; }
-/// Number of query groups of kGroupRows rows covering `seq_len_q` rows.
-inline Index query_group_count(Index seq_len_q) { return (seq_len_q + kGroupRows - 1) / kGroupRows; }
-/// Rows of query group g of `seq_len_q` rows: kGroupRows, or fewer for the last group.
-inline Index query_group_rows(Index seq_len_q, Index g) { return std::min(kGroupRows, seq_len_q - g * kGroupRows); }
+/// Resizes `m` to at least [rows x cols] if it is smaller (never shrinks; the kernels' entry-time allocation).
+template <typename Matrix>
+void grow_to(Matrix& m, Index rows, Index cols) {
+    if (m.rows() < rows || m.cols() < cols) m.resize(std::max(rows, m.rows()), std::max(cols, m.cols()));
+}
+template <typename Scalar>
+void grow_to(Vector<Scalar>& v, Index size) {
+    if (v.size() < size) v.resize(size);
+}
 
 /// Operands of the tiled core's products in the packed layout of Eigen's GEMM kernel
 /// (detail::PackedProduct): each is packed once and reused by every product that reads it.
@@ -46,15 +38,10 @@ struct PackedTiles {
     Vector<T> probabilities;  ///< [kQueryTile * kKeyTile] a block's probabilities, transposed (gebp's B)
 
     void reserve(Index head_dim, Index value_dim) {
-        grow(queries, kGroupRows * head_dim);
-        grow(keys, kKeyTile * head_dim);
-        grow(values, kKeyTile * value_dim);
-        grow(probabilities, kQueryTile * kKeyTile);
-    }
-
-private:
-    static void grow(Vector<T>& v, Index size) {
-        if (v.size() < size) v.resize(size);
+        grow_to(queries, kGroupRows * head_dim);
+        grow_to(keys, kKeyTile * head_dim);
+        grow_to(values, kKeyTile * value_dim);
+        grow_to(probabilities, kQueryTile * kKeyTile);
     }
 };
 
@@ -68,60 +55,13 @@ struct BlockScratch {
     std::array<OnlineSoftmaxState<T>, 3> states;   ///< map 1, map 2, DINT's integral map (a group each)
 
     void reserve(Index head_dim, Index value_dim) {
-        if (logits.rows() < kQueryTile || logits.cols() < kKeyTile) logits.resize(kQueryTile, kKeyTile);
+        grow_to(logits, kQueryTile, kKeyTile);
         packed.reserve(head_dim, value_dim);
         for (auto& state : states) state.reserve(kGroupRows, value_dim);
     }
 };
 
-/// Resizes `m` to at least [rows x cols] if it is smaller (never shrinks; the kernels' entry-time allocation).
-template <typename Matrix>
-void grow_to(Matrix& m, Index rows, Index cols) {
-    if (m.rows() < rows || m.cols() < cols) m.resize(std::max(rows, m.rows()), std::max(cols, m.cols()));
-}
-template <typename Scalar>
-void grow_to(Vector<Scalar>& v, Index size) {
-    if (v.size() < size) v.resize(size);
-}
-
-/// DINT causal_softmax on several threads (dint_softmax_integral): the states its pipeline of query
-/// groups keeps alive, and the plan and progress of its tasks. Group g's two maps live in map slot
-/// g % kDintMapSlots until its rows are written, and its integral map's runs in run slot g % 2; the
-/// task queue (DintTaskQueue) hands out a task only once the slot it fills is free.
-/// O(kGroupRows * value_dim * (2 * kDintMapSlots + 2 * kKeySegmentsPerThread * threads)
-///   + query groups * kKeySegmentsPerThread * threads).
-inline constexpr std::size_t kDintMapSlots = 3;
-template <typename T>
-struct DintPipeline {
-    std::array<std::array<OnlineSoftmaxState<T>, 2>, kDintMapSlots> maps;  ///< [group % slots][map 1, map 2]
-    std::array<std::vector<OnlineSoftmaxState<T>>, 2> runs;          ///< [group % 2][run] integral map parts
-    std::vector<std::vector<Index>> run_end;                         ///< [group][run] end key of each run
-    std::vector<std::vector<Index>> run_order;                       ///< [group][i] runs, heaviest first
-    std::vector<Index> run_count;                                    ///< [group] runs of its key tiles
-    std::vector<Index> maps_done, runs_done, rows_done;              ///< [group] maps (bits), runs, rows blocks finished
-
-    void reserve(Index seq_len_q, Index value_dim, int threads) {
-        const auto max_runs = static_cast<std::size_t>(kKeySegmentsPerThread * threads);
-        const auto groups = static_cast<std::size_t>(query_group_count(seq_len_q));
-        for (auto& group : maps) {
-            for (auto& map : group) map.reserve(kGroupRows, value_dim);
-        }
-        for (auto& slot : runs) {
-            if (slot.size() < max_runs) slot.resize(max_runs);
-            for (auto& state : slot) state.reserve(kGroupRows, value_dim);
-        }
-        for (auto* plan : {&run_end, &run_order}) {
-            if (plan->size() < groups) plan->resize(groups);
-            for (auto& group : *plan) {
-                if (group.size() < max_runs) group.resize(max_runs);
-            }
-        }
-        for (auto* counts : {&run_count, &maps_done, &runs_done, &rows_done}) {
-            if (counts->size() < groups) counts->resize(groups);
-        }
-    }
-};
-
+/// The scratch of softmax, DIFF and DINT calls up to the sizes it was reserved for.
 template <typename T>
 class AttentionWorkspace {
 public:

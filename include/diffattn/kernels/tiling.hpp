@@ -1,0 +1,30 @@
+// The tiling of the attention kernels: query blocks, key tiles and query groups.
+//
+// The tiled core (attention_core.hpp) runs the query rows in blocks of kQueryTile against key tiles
+// of kKeyTile, and hands the blocks to threads in groups of kGroupBlocks. Groups and blocks are
+// fixed runs of rows whatever the thread count, which keeps results independent of it.
+#pragma once
+
+#include "diffattn/core/types.hpp"
+
+#include <algorithm>
+
+namespace diffattn {
+
+/// Query rows per block and keys per tile of the tiled core.
+inline constexpr Index kQueryTile = 64;
+inline constexpr Index kKeyTile = 128;
+/// Softmax, DIFF and DINT run the query blocks in groups of kGroupBlocks: a group packs each key /
+/// value tile once for all its blocks, so packing costs 1/kGroupBlocks of what it costs per block.
+/// The group's accumulators [kGroupRows x value_dim] (256 KB at value width 256) stay in L2.
+inline constexpr Index kGroupBlocks = 4;
+inline constexpr Index kGroupRows = kGroupBlocks * kQueryTile;
+
+/// Number of query blocks of kQueryTile rows covering `seq_len_q` rows.
+inline Index query_block_count(Index seq_len_q) { return (seq_len_q + kQueryTile - 1) / kQueryTile; }
+/// Number of query groups of kGroupRows rows covering `seq_len_q` rows.
+inline Index query_group_count(Index seq_len_q) { return (seq_len_q + kGroupRows - 1) / kGroupRows; }
+/// Rows of query group g of `seq_len_q` rows: kGroupRows, or fewer for the last group.
+inline Index query_group_rows(Index seq_len_q, Index g) { return std::min(kGroupRows, seq_len_q - g * kGroupRows); }
+
+}  // namespace diffattn
