@@ -145,7 +145,7 @@ void run_model_forward(benchmark::State& state, const ModelSpec& spec, Index n, 
     call();  // warm-up
     const double seconds = bench::run_and_report(state, model_flops(model.config(), n), threads, call);
     set_tokens_per_second(state, n, seconds);
-    state.counters["threads_in_state"] = fs.threads();
+    state.counters["threads_in_state"] = fs.context.threads;
 }
 
 void run_attention(benchmark::State& state, const ModelSpec& spec, Index n, int threads) {
@@ -155,7 +155,7 @@ void run_attention(benchmark::State& state, const ModelSpec& spec, Index n, int 
     const Matrix x = bench::random_matrix(n, model.config().hidden_size, 7);
     Matrix out(n, model.config().hidden_size);
     auto call = [&] {
-        model.layers[0].self_attn.forward(x, out, fs.layer.attention);
+        model.layers[0].self_attn.forward(x, out, fs.layer.attention, fs.context);
         benchmark::DoNotOptimize(out.data());
     };
     call();
@@ -172,7 +172,7 @@ void run_layer(benchmark::State& state, const ModelSpec& spec, Index n, int thre
     Matrix x = x0;
     auto call = [&] {
         x = x0;  // the layer updates the residual stream in place
-        model.layers[0].forward(x, fs.layer);
+        model.layers[0].forward(x, fs.layer, fs.context);
         benchmark::DoNotOptimize(x.data());
     };
     call();

@@ -110,9 +110,9 @@ naive::Mat reference_output(MultiHeadAttention<T>& module, const RowMatrix<T>& x
 template <typename T>
 RowMatrix<T> run(const MultiHeadAttention<T>& module, const RowMatrix<T>& x, int threads = 1) {
     AttentionScratch<T> scratch(module.config(), x.rows() + 3, threads);
-    scratch.min_parallel_flops = 0;  // these small calls on `threads` threads too (thread-count tests)
+    const ExecutionContext context{threads, 0.0};  // these small calls on `threads` threads too (thread-count tests)
     RowMatrix<T> y(x.rows(), module.config().d_model);
-    module.forward(x, y, scratch);
+    module.forward(x, y, scratch, context);
     return y;
 }
 
@@ -194,7 +194,8 @@ TEMPLATE_TEST_CASE("Shared DIFF: the factored projection's token blocks give the
     const RowMatrix<T> x = seeded_input<T>(n, D, 7);
     const auto project = [&](int threads) {
         RowMatrix<T> base(n, 2 * d), xa(n, 2 * maps * r), q(n, maps * d), k(n, maps * d);
-        f.project(x, base, xa, q, k, threads, 0.0);  // min flops 0: every block count on `threads` threads
+        // min flops 0: every block count on `threads` threads
+        f.project(x, base, xa, q, k, ExecutionContext{threads, 0.0});
         RowMatrix<T> qk(n, 2 * maps * d);
         qk << q, k;
         return qk;
@@ -246,7 +247,8 @@ TEST_CASE("heads stay on one thread when their work is below min_parallel_flops 
     const auto threads_used = [&](double flops, double min_flops_per_thread) {
         std::vector<int> team_of_head(8, 0);
         std::vector<std::ptrdiff_t> workspace_of_head(8, -1);
-        detail::for_each_head(8, 3, flops, min_flops_per_thread, workspaces, [&](Index h, int& workspace) {
+        const ExecutionContext context{3, min_flops_per_thread};
+        detail::for_each_head(8, flops, context, workspaces, [&](Index h, int& workspace) {
             workspace_of_head[static_cast<std::size_t>(h)] = &workspace - workspaces.data();
 #if defined(DIFFATTN_HAS_OPENMP)
             team_of_head[static_cast<std::size_t>(h)] = omp_get_num_threads();
@@ -380,7 +382,53 @@ TEST_CASE("forward checks its arguments", "[layers][attention][errors]") {
     CHECK_THROWS_AS(module.forward(x, x, scratch), ShapeError);  // out aliases x
     AttentionScratch<double> other(make(AttentionKind::softmax, 32, 2, 2), 8);
     CHECK_THROWS_AS(module.forward(x, y, other), ShapeError);
+    // The same widths with another rope_theta: the scratch's rotary table holds other angles.
+    AttentionConfig other_theta = config;
+    other_theta.rope_theta = 500000.0;
+    AttentionScratch<double> theta_scratch(other_theta, 8);
+    CHECK_THROWS_WITH(module.forward(x, y, theta_scratch), Catch::Contains("the scratch was built for another attention"));
     // Zero tokens is a no-op.
     RowMatrix<double> empty(0, 32), empty_out(0, 32);
     CHECK_NOTHROW(module.forward(empty, empty_out, scratch));
+}
+
+TEST_CASE("forward with a KV cache view refuses encoders and full views", "[layers][attention][errors]") {
+    const AttentionConfig config = make(AttentionKind::diff, 32, 2, 2);
+    const MultiHeadAttention<double> module(config);
+    AttentionScratch<double> scratch(config, 4);
+    RowMatrix<double> keys = RowMatrix<double>::Zero(8, config.k_width());
+    RowMatrix<double> values = RowMatrix<double>::Zero(8, config.v_width());
+    const RotaryTable<double> rotary(config.head_dim(), 8, config.rope_theta);
+    const RowMatrix<double> x = seeded_input<double>(2, 32, 3);
+    RowMatrix<double> y(2, 32), plain(2, 32);
+    module.forward(x, plain, scratch);
+    KvCacheView<double> view{keys, values, 0, nullptr, &rotary};
+    module.forward(x, y, scratch, ExecutionContext{}, &view);  // an empty cache: the plain forward
+    CHECK(y == plain);
+    view.length = 7;  // 7 + 2 rows do not fit in 8
+    CHECK_THROWS_WITH(module.forward(x, y, scratch, ExecutionContext{}, &view),
+                      Catch::Contains("the KV cache holds 7 of at most 8 tokens; 2 more do not fit"));
+
+    AttentionConfig encoder = config;
+    encoder.causal = false;
+    const MultiHeadAttention<double> encoder_module(encoder);
+    view.length = 0;
+    CHECK_THROWS_AS(encoder_module.forward(x, y, scratch, ExecutionContext{}, &view), OptionError);
+    CHECK_THROWS_WITH(encoder_module.forward(x, y, scratch, ExecutionContext{}, &view),
+                      Catch::Contains("MultiHeadAttention::forward") && Catch::Contains("bidirectional encoder"));
+}
+
+TEST_CASE("forward refuses a context with more threads than the scratch has workspaces",
+          "[layers][attention][threads][errors]") {
+    const AttentionConfig config = make(AttentionKind::softmax, 32, 2, 2);
+    const MultiHeadAttention<double> module(config);
+    AttentionScratch<double> scratch(config, 4, 1);  // workspaces for one thread
+    const RowMatrix<double> x = RowMatrix<double>::Ones(4, 32);
+    RowMatrix<double> y(4, 32);
+    CHECK_NOTHROW(module.forward(x, y, scratch, ExecutionContext{1, 0.0}));
+    CHECK_THROWS_AS(module.forward(x, y, scratch, ExecutionContext{0, 0.0}), OptionError);
+#if defined(DIFFATTN_HAS_OPENMP)
+    CHECK_THROWS_WITH(module.forward(x, y, scratch, ExecutionContext{2, 0.0}),
+                      Catch::Contains("for_each_head: 2 threads but 1 workspaces"));
+#endif
 }

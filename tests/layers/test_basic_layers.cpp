@@ -120,11 +120,11 @@ TEMPLATE_TEST_CASE("linear on several threads: fixed column blocks, the same bit
         INFO(tokens << " tokens, " << out_features << " output features");
         const RowMatrix<T> x = seeded<T>(tokens, 33, 3), w = seeded<T>(out_features, 33, 4);
         RowMatrix<T> one(tokens, out_features), more(tokens, out_features);
-        linear<T>(x, w, one, 1, 0);
+        linear<T>(x, w, one, ExecutionContext{1, 0.0});
         CHECK(relative_error(one, naive::linear(x.template cast<double>(), w.template cast<double>())) < tolerance<T>());
         for (int threads : {2, 3}) {
             more.setConstant(T(7));
-            linear<T>(x, w, more, threads, 0);
+            linear<T>(x, w, more, ExecutionContext{threads, 0.0});
             CHECK((more.array() == one.array()).all());
         }
     }

@@ -68,7 +68,7 @@ TEMPLATE_TEST_CASE("logits are identical for 1 and 2 threads", "[model][threads]
         const DecoderModel<T> model = DecoderModel<T>::seeded(small_config(kind), 5);
         const std::vector<Token> tokens = tokens_of(70, 64, 1);
         ForwardState<T> one = model.make_state(70, 1), two = model.make_state(70, 2);
-        two.layer.set_min_parallel_flops(0);  // 2 threads even for this small model
+        two.context.min_parallel_flops = 0;  // 2 threads even for this small model
         const RowMatrix<T> a = model.forward(tokens, one);
         const RowMatrix<T> b = model.forward(tokens, two);
         CHECK((a - b).cwiseAbs().maxCoeff() == T(0));
@@ -109,6 +109,15 @@ TEST_CASE("forward checks tokens, lengths and the state", "[model][errors]") {
     const RowMatrix<float> four = model.forward({1, 2, 3, 4}, state);
     model.forward(tokens_of(8, 64, 5), state);
     CHECK((model.forward({1, 2, 3, 4}, state) - four).cwiseAbs().maxCoeff() == 0.0f);
+}
+
+TEST_CASE("a state of a model with another rope_theta is refused", "[model][errors]") {
+    ModelConfig c = small_config(AttentionKind::diff);
+    const DecoderModel<float> model = DecoderModel<float>::seeded(c, 1);
+    c.rope_theta = 500000.0;  // the same buffer widths, but the state's rotary table holds other angles
+    ForwardState<float> other = DecoderModel<float>(c).make_state(8);
+    CHECK_THROWS_WITH(model.forward({1, 2, 3}, other),
+                      Catch::Contains("the ForwardState was made for another configuration"));
 }
 
 TEST_CASE("a causal model with dint global_mean is a ConfigError; an encoder is fine", "[model][errors]") {

@@ -107,7 +107,7 @@ RowMatrix<T> cached_logits(const DecoderModel<T>& model, const std::vector<Token
                            const std::vector<Index>& chunks, KvCache<T>& cache, int threads = 1) {
     const Index largest = *std::max_element(chunks.begin(), chunks.end());
     ForwardState<T> state = model.make_state(largest, threads);
-    state.layer.set_min_parallel_flops(0);  // `threads` threads even for one-token steps
+    state.context.min_parallel_flops = 0;  // `threads` threads even for one-token steps
     RowMatrix<T> logits(static_cast<Index>(tokens.size()), model.config().vocab_size);
     Index done = 0;
     for (Index chunk : chunks) {

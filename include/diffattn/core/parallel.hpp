@@ -31,10 +31,9 @@ inline int available_threads(int requested) {
 
 /// Work below which a parallel region costs more than it saves, in flops per thread. Forking and
 /// joining an OpenMP team costs microseconds on an idle machine, and up to a scheduler time slice
-/// (milliseconds) when the cores are shared, because a worker thread that went to sleep must be
-/// woken and scheduled: one-token decode steps of the small benchmark model (0.5-2 MFLOP of
-/// attention per layer at contexts 512-2048) ran 3-5x slower on 2 threads than on 1 on a loaded
-/// machine. 4 MFLOP is ~0.05-0.5 ms of one core (GEMM-like to matrix-vector speed).
+/// when the cores are shared, because a worker thread that went to sleep must be woken and
+/// scheduled: a one-token decode step of a small model is then faster on one thread than on two
+/// (docs/benchmarks.md). Calls of a few MFLOP per thread stay on the calling thread.
 inline constexpr double kMinParallelFlopsPerThread = 4e6;
 
 /// Threads worth starting for `flops` of work split over independent tasks: `requested` (at least
@@ -48,6 +47,28 @@ inline int threads_for_work(int requested, double flops, double min_flops_per_th
     if (worth < 2) return 1;
     return worth < requested ? static_cast<int>(worth) : requested;
 }
+
+}  // namespace diffattn::detail
+
+namespace diffattn {
+
+/// How the calls of one caller may use threads. The caller's run state owns one
+/// (ForwardState::context) and every parallel call takes it by const reference: linear(),
+/// SharedDiffFactors::project, the heads of MultiHeadAttention. It changes only how many threads
+/// run, never a result.
+struct ExecutionContext {
+    int threads = 1;  ///< run on up to this many threads (with OpenMP; 1 without)
+    /// ... but on fewer, down to one, when a call has less than this much work (flops) per thread
+    /// (detail::threads_for_work; 0: always `threads`).
+    double min_parallel_flops = detail::kMinParallelFlopsPerThread;
+
+    /// Threads worth starting for `flops` of work split over independent tasks.
+    int threads_for(double flops) const { return detail::threads_for_work(threads, flops, min_parallel_flops); }
+};
+
+}  // namespace diffattn
+
+namespace diffattn::detail {
 
 /// How parallel_for hands tasks to threads.
 enum class Schedule {
@@ -74,8 +95,8 @@ void parallel_for(Index count, int threads, Schedule schedule, Task&& task) {
         };
         // One task at a time for both schedules: equal tasks do not make equal threads. On a shared
         // machine one core is often slowed by other load, and a static split then waits for its
-        // half (2 threads measured 1.3x one instead of 1.9x on unmasked attention). Handing out one
-        // task at a time costs well under a microsecond per task; the schedules differ in order only.
+        // slower half. Handing out one task at a time costs little next to a task; the schedules
+        // differ in order only.
         const bool last_first = schedule == Schedule::largest_first;
 #pragma omp parallel for num_threads(team) schedule(dynamic, 1)
         for (Index i = 0; i < count; ++i) guarded(last_first ? count - 1 - i : i);

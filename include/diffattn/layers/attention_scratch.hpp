@@ -4,10 +4,10 @@
 #pragma once
 
 #include "diffattn/core/error.hpp"
+#include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/layers/attention_config.hpp"
-#include "diffattn/layers/head_parallel.hpp"
 #include "diffattn/layers/rotary.hpp"
 
 #include <vector>
@@ -26,22 +26,20 @@ struct AttentionScratch {
     RowMatrix<T> shared_xa;      ///< shared_diff: [max_len x 4H r]  X q_a | X k_a; else empty
     RotaryTable<T> rotary;       ///< cos / sin for positions [0, max_len), maps of width d
     std::vector<AttentionWorkspace<T>> workspaces;  ///< kernel scratch, one per thread
-    int threads = 1;             ///< heads run on this many threads (1 without OpenMP)
-    /// Heads run on fewer threads, down to one, when a call has less than this much work (flops)
-    /// per thread: a one-token decode step is cheaper than waking a second thread. 0: always `threads`.
-    double min_parallel_flops = detail::kMinParallelFlopsPerThread;
 
     AttentionScratch() = default;
 
     /// Buffers for calls of up to `max_len` tokens of modules with this geometry (every layer of
-    /// a model shares one geometry, so one scratch serves all its layers).
+    /// a model shares one geometry, so one scratch serves all its layers), with kernel workspaces
+    /// for up to `requested_threads` threads (1 without OpenMP).
     AttentionScratch(const AttentionConfig& config, Index max_len, int requested_threads = 1)
         : q(max_len, config.q_width()),
           k(max_len, config.k_width()),
           v(max_len, config.v_width()),
           heads(max_len, config.out_width()),
           rotary(config.head_dim(), max_len, config.rope_theta),
-          threads(detail::available_threads(requested_threads)) {
+          workspaces(static_cast<std::size_t>(detail::available_threads(requested_threads))),
+          config_(config) {
         require<ShapeError>(max_len > 0, "AttentionScratch: max_len must be > 0, got ", max_len);
         if (config.kind == AttentionKind::diff_v2) {
             second.resize(max_len, config.out_width());
@@ -51,11 +49,38 @@ struct AttentionScratch {
             shared_base.resize(max_len, 2 * config.head_dim());
             shared_xa.resize(max_len, 4 * config.n_heads * config.shared_diff_rank);
         }
-        workspaces.resize(static_cast<std::size_t>(threads));
-        for (auto& ws : workspaces) ws.reserve(max_len, max_len, config.head_dim(), config.value_dim());
+        reserve_keys(max_len);
     }
 
     Index max_len() const { return q.rows(); }
+    /// The geometry the buffers were made for.
+    const AttentionConfig& config() const { return config_; }
+
+    /// True when the buffers serve a module of `module`: the same q, k, v and output widths, map
+    /// and value widths, rope_theta (the rotary table), and the buffers of its kind: diff_v2's, and
+    /// shared_diff's factors when `factored` (a module that has not merged them). The one check of a
+    /// scratch against a module, for MultiHeadAttention::forward and ForwardState::fits.
+    bool fits(const AttentionConfig& module, bool factored) const {
+        const AttentionConfig& made = config_;
+        return made.q_width() == module.q_width() && made.k_width() == module.k_width() &&
+               made.v_width() == module.v_width() && made.out_width() == module.out_width() &&
+               made.head_dim() == module.head_dim() && made.value_dim() == module.value_dim() &&
+               made.rope_theta == module.rope_theta &&
+               (module.kind != AttentionKind::diff_v2 || made.kind == AttentionKind::diff_v2) &&
+               (module.kind != AttentionKind::shared_diff || !factored ||
+                (made.kind == AttentionKind::shared_diff && made.shared_diff_rank == module.shared_diff_rank));
+    }
+
+    /// Makes every kernel workspace hold calls over up to `seq_len_kv` keys (DINT's column sums),
+    /// e.g. a KV cache's capacity, so that decoding never allocates. Grows only; a no-op once done.
+    void reserve_keys(Index seq_len_kv) {
+        for (AttentionWorkspace<T>& ws : workspaces) {
+            ws.reserve(max_len(), seq_len_kv, config_.head_dim(), config_.value_dim());
+        }
+    }
+
+private:
+    AttentionConfig config_;  // what the buffers were sized for
 };
 
 }  // namespace diffattn

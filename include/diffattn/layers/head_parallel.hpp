@@ -12,18 +12,18 @@
 
 namespace diffattn::detail {
 
-/// Calls task(h, workspaces[thread]) for h in [0, n_heads) on up to `threads` threads
-/// (workspaces.size() >= threads). An exception thrown by a task is rethrown after the loop.
-///   flops:                about how much work all the heads do together. Below
-///                         min_flops_per_thread per thread fewer threads run, down to one: a
-///                         one-token decode step costs less than waking a second thread
-///                         (threads_for_work, core/parallel.hpp). The results do not depend on it.
+/// Calls task(h, workspaces[thread]) for h in [0, n_heads) on up to context.threads threads
+/// (workspaces: at least one per thread). An exception thrown by a task is rethrown after the loop.
+///   flops: about how much work all the heads do together. Below context.min_parallel_flops per
+///          thread fewer threads run, down to one: a one-token decode step costs less than waking
+///          a second thread (core/parallel.hpp). The results do not depend on it.
 template <typename Workspace, typename Task>
-void for_each_head(Index n_heads, int threads, double flops, double min_flops_per_thread,
-                   std::vector<Workspace>& workspaces, Task&& task) {
-    require<OptionError>(threads >= 1 && static_cast<std::size_t>(threads) <= workspaces.size(),
-                         "for_each_head: ", threads, " threads but ", workspaces.size(), " workspaces");
-    parallel_for(n_heads, threads_for_work(threads, flops, min_flops_per_thread), Schedule::equal_tasks,
+void for_each_head(Index n_heads, double flops, const ExecutionContext& context, std::vector<Workspace>& workspaces,
+                   Task&& task) {
+    const int threads = available_threads(context.threads);
+    require<OptionError>(context.threads >= 1 && static_cast<std::size_t>(threads) <= workspaces.size(),
+                         "for_each_head: ", context.threads, " threads but ", workspaces.size(), " workspaces");
+    parallel_for(n_heads, context.threads_for(flops), Schedule::equal_tasks,
                  [&](Index h, int thread) { task(h, workspaces[static_cast<std::size_t>(thread)]); });
 }
 

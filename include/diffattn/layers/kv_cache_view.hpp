@@ -5,13 +5,30 @@
 // rotary positions start at `length`. It does not advance `length`: the owner of the cache
 // (model/kv_cache.hpp) does that once every layer has run. Without a cache the module uses the
 // same path over a view of its scratch with length 0, so prefill and decode share one code path.
+//
+// Which modules can use a KV cache at all is stated once, in require_kv_cache_support.
 #pragma once
 
+#include "diffattn/core/error.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/options.hpp"
+#include "diffattn/layers/attention_config.hpp"
 #include "diffattn/layers/rotary.hpp"
 
 namespace diffattn {
+
+/// Throws OptionError, naming `function`, unless modules of `config` can be decoded incrementally
+/// with a KV cache (SPEC 6): an earlier token must never see a later one, which rules out DINT
+/// global_mean (its integral averages A1 over all rows) and every encoder ("causal": false).
+/// Checked where a cache meets a configuration: KvCache's constructor, DecoderModel::forward and
+/// MultiHeadAttention::forward.
+inline void require_kv_cache_support(const char* function, const AttentionConfig& config) {
+    require<OptionError>(config.kind != AttentionKind::dint || config.dint_integral != DintIntegral::global_mean,
+                         function, ": dint_integral global_mean averages A1 over all rows, future ones included, "
+                         "so a model using it cannot be decoded incrementally (use causal_softmax or causal_mean)");
+    require<OptionError>(config.causal, function, ": the model is a bidirectional encoder (\"causal\": false); "
+                         "a KV cache needs a causal decoder, where earlier tokens never see later ones");
+}
 
 template <typename T>
 struct KvCacheView {

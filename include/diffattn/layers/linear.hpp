@@ -19,8 +19,8 @@ inline Index linear_block(Index extent, Index target, Index multiple) {
     return std::max<Index>(multiple, (size + multiple - 1) / multiple * multiple);
 }
 /// linear() cuts y into blocks of about 512 tokens x 512 output features, each one Eigen GEMM. Each
-/// block packs its part of x and of W again: a block of 512 x 512 keeps that under ~5% of one
-/// product at one thread (narrower blocks measured up to 1.5x slower), and the mid-size model's
+/// block packs its part of x and of W again, which costs little next to the products of a block
+/// this large but slows narrower blocks down (docs/benchmarks.md), and the mid-size model's
 /// products still give 8-64 blocks to share out. 16 features: a whole AVX-512 packet of floats.
 inline constexpr Index kLinearBlockTarget = 512;
 inline constexpr Index kLinearFeatureMultiple = 16;
@@ -31,13 +31,13 @@ inline constexpr Index kLinearFeatureMultiple = 16;
 ///   x       [N x in]     (any row-major matrix or column block)
 ///   w       [out x in]
 ///   out     [N x out]
-///   threads: out is cut into fixed blocks of tokens x features (detail::linear_block), run on up
-///            to `threads` threads (OpenMP builds), but on fewer, down to one, when the product has
-///            less than `min_flops_per_thread` flops per thread (core/parallel.hpp). Results do
-///            not depend on the thread count.
+///   context: out is cut into fixed blocks of tokens x features (detail::linear_block), run on up
+///            to context.threads threads (OpenMP builds), but on fewer, down to one, when the
+///            product has less than context.min_parallel_flops flops per thread. Results do not
+///            depend on the thread count.
 template <typename T>
-void linear(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, MatrixRef<T> out, int threads = 1,
-            double min_flops_per_thread = detail::kMinParallelFlopsPerThread) {
+void linear(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, MatrixRef<T> out,
+            const ExecutionContext& context = {}) {
     // Entry-point checks are cheap next to the GEMM and catch mis-sized scratch early.
     detail::require_same_cols("linear", detail::named("x", x), detail::named("weight", w));
     detail::require_shape("linear", detail::named("out", out), x.rows(), w.rows());
@@ -47,8 +47,8 @@ void linear(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, MatrixRef<T>
     const Index feature_blocks = (features + feature_block - 1) / feature_block;
     const Index blocks = (tokens + token_block - 1) / token_block * feature_blocks;
     const double flops = 2.0 * static_cast<double>(tokens) * static_cast<double>(x.cols()) * static_cast<double>(features);
-    detail::parallel_for(blocks, detail::threads_for_work(threads, flops, min_flops_per_thread),
-                         detail::Schedule::equal_tasks, [&](Index block, int /*thread*/) {
+    detail::parallel_for(blocks, context.threads_for(flops), detail::Schedule::equal_tasks,
+                         [&](Index block, int /*thread*/) {
                              const Index first_token = block / feature_blocks * token_block;
                              const Index first_feature = block % feature_blocks * feature_block;
                              const Index rows = std::min(token_block, tokens - first_token);

@@ -125,10 +125,13 @@ public:
 
     /// y = Attention(x) for one sequence of N tokens at positions 0 .. N-1.
     ///   x [N x D] (the module input, after input_layernorm), out [N x D] (caller-owned, must not
-    ///   alias x); scratch built for this geometry with max_len >= N. Const: any number of threads
-    ///   may run forward() on one module at once, each with its own scratch.
-    void forward(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch) const {
-        forward(x, out, scratch, nullptr);
+    ///   alias x); scratch built for this geometry with max_len >= N and workspaces for at least
+    ///   context.threads threads (projections and heads run on up to that many; one without a
+    ///   context). Const: any number of threads may run forward() on one module at once, each with
+    ///   its own scratch.
+    void forward(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch,
+                 const ExecutionContext& context = {}) const {
+        forward(x, out, scratch, context, nullptr);
     }
 
     /// As above for N new tokens after the `cache->length` tokens of a KV cache (SPEC 6): their
@@ -139,11 +142,13 @@ public:
     /// DINT global_mean: OptionError) and room for N more rows (ShapeError). The first call with a
     /// cache longer than the scratch's max_len grows the scratch's kernel workspaces once.
     void forward(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch,
-                 KvCacheView<T>* cache) const {
+                 const ExecutionContext& context, KvCacheView<T>* cache) const {
         const Index n = x.rows();
         check_call(x, out, scratch);
-        if (cache != nullptr) check_cache(*cache, n, scratch);
+        if (cache != nullptr) check_cache(*cache, n);
         if (n == 0) return;
+        // The kernels read S = length + N keys (DINT's column sums): room for the whole cache, once.
+        if (cache != nullptr) scratch.reserve_keys(cache->capacity());
         // Without a cache, this call's keys and values live in the scratch: an empty cache with no history.
         KvCacheView<T> scratch_view{MatrixRef<T>(scratch.k), MatrixRef<T>(scratch.v), 0, nullptr, &scratch.rotary};
         KvCacheView<T>& kv = cache != nullptr ? *cache : scratch_view;
@@ -155,8 +160,8 @@ public:
         auto heads = scratch.heads.topRows(n);              // [N x out_width]
 
         // 1. Projections (SPEC 3.1-3.4).
-        project_queries_and_keys(x, q, k, scratch);
-        linear<T>(x, weights_.v_proj, v, scratch.threads, scratch.min_parallel_flops);
+        project_queries_and_keys(x, q, k, scratch, context);
+        linear<T>(x, weights_.v_proj, v, context);
 
         // 2. Rotary on every query and key map (SPEC 3.1); positions start at the cache length.
         kv.rotary->apply(q, first_position);
@@ -169,37 +174,37 @@ public:
         // 4. Per-kind scalars: the layer's lambda (DIFF family) or the per-token gates (diff_v2).
         if (config_.kind == AttentionKind::diff_v2) {
             auto gate = scratch.lambda_gate.topRows(n);  // [N x H]
-            linear<T>(x, weights_.lambda_proj, gate, scratch.threads, scratch.min_parallel_flops);
+            linear<T>(x, weights_.lambda_proj, gate, context);
             gate.array() = T(1) / (T(1) + (-gate.array()).exp());  // sigmoid
         }
         AttentionOptions options;
         options.mask = config_.mask();
-        HeadContext<T> context{config_,
-                               q,
-                               keys,
-                               values,
-                               heads,
-                               config_.kind == AttentionKind::diff_v2 ? MatrixRef<T>(scratch.second.topRows(n))
-                                                                      : MatrixRef<T>(heads),
-                               config_.kind == AttentionKind::diff_v2
-                                   ? ConstMatrixRef<T>(scratch.lambda_gate.topRows(n))
-                                   : ConstMatrixRef<T>(heads),
-                               static_cast<T>(lambda()),
-                               options,
-                               kv.dint_histories};
+        HeadContext<T> head_context{config_,
+                                    q,
+                                    keys,
+                                    values,
+                                    heads,
+                                    config_.kind == AttentionKind::diff_v2 ? MatrixRef<T>(scratch.second.topRows(n))
+                                                                           : MatrixRef<T>(heads),
+                                    config_.kind == AttentionKind::diff_v2
+                                        ? ConstMatrixRef<T>(scratch.lambda_gate.topRows(n))
+                                        : ConstMatrixRef<T>(heads),
+                                    static_cast<T>(lambda()),
+                                    options,
+                                    kv.dint_histories};
 
         // 5. The heads: kernel, then subln and the output factor. The one switch from the runtime
         //    kind to its compile-time policy.
         switch (config_.kind) {
-            case AttentionKind::softmax: run_heads<SoftmaxHeads>(context, scratch); break;
+            case AttentionKind::softmax: run_heads<SoftmaxHeads>(head_context, scratch, context); break;
             case AttentionKind::diff:
-            case AttentionKind::shared_diff: run_heads<DiffHeads>(context, scratch); break;
-            case AttentionKind::dint: run_heads<DintHeads>(context, scratch); break;
-            case AttentionKind::diff_v2: run_heads<DiffV2Heads>(context, scratch); break;
+            case AttentionKind::shared_diff: run_heads<DiffHeads>(head_context, scratch, context); break;
+            case AttentionKind::dint: run_heads<DintHeads>(head_context, scratch, context); break;
+            case AttentionKind::diff_v2: run_heads<DiffV2Heads>(head_context, scratch, context); break;
         }
 
         // 6. Output projection of the concatenated heads.
-        linear<T>(heads, weights_.out_proj, out, scratch.threads, scratch.min_parallel_flops);
+        linear<T>(heads, weights_.out_proj, out, context);
     }
 
 private:
@@ -210,25 +215,14 @@ private:
         detail::require_no_alias(function, "out", out, "x", x);
         require<ShapeError>(x.rows() <= scratch.max_len(), function, ": x has ", x.rows(),
                             " tokens but the scratch holds at most ", scratch.max_len());
-        require<ShapeError>(scratch.q.cols() == config_.q_width() && scratch.k.cols() == config_.k_width() &&
-                                scratch.v.cols() == config_.v_width() &&
-                                scratch.heads.cols() == config_.out_width() &&
-                                scratch.rotary.head_dim() == config_.head_dim(),
-                            function, ": the scratch was built for another attention geometry");
-        require<ShapeError>(config_.kind != AttentionKind::diff_v2 || scratch.second.rows() >= x.rows(), function,
-                            ": the scratch has no diff_v2 buffers");
-        require<ShapeError>(config_.kind != AttentionKind::shared_diff || merged_ ||
-                                scratch.shared_xa.rows() >= x.rows(),
-                            function, ": the scratch has no shared_diff buffers");
+        require<ShapeError>(scratch.fits(config_, config_.kind == AttentionKind::shared_diff && !merged_), function,
+                            ": the scratch was built for another attention geometry (make it from this module's "
+                            "config())");
     }
 
-    void check_cache(const KvCacheView<T>& cache, Index n, AttentionScratch<T>& scratch) const {
+    void check_cache(const KvCacheView<T>& cache, Index n) const {
         constexpr const char* function = "MultiHeadAttention::forward";
-        require<OptionError>(config_.kind != AttentionKind::dint || config_.dint_integral != DintIntegral::global_mean,
-                             function, ": dint_integral global_mean averages A1 over all rows, future ones included, "
-                             "so it cannot be decoded incrementally with a KV cache");
-        require<OptionError>(config_.causal, function, ": a KV cache needs a causal (decoder) module, but this one "
-                             "is bidirectional (\"causal\": false): earlier tokens would have to see later ones");
+        require_kv_cache_support(function, config_);
         require<ShapeError>(cache.keys.cols() == config_.k_width() && cache.values.cols() == config_.v_width() &&
                                 cache.values.rows() == cache.keys.rows(),
                             function, ": the KV cache has keys ", detail::shape_of(cache.keys), " and values ",
@@ -243,37 +237,31 @@ private:
                             cache.length + n, ") of maps of width ", config_.head_dim());
         require<OptionError>(config_.kind != AttentionKind::dint || cache.dint_histories != nullptr, function,
                              ": a dint module with a KV cache needs the per-head DintHistory of the cached rows");
-        // The kernels need scratch for S = length + N keys (DINT's column sums): size it once for the
-        // whole cache, so that decoding never allocates.
-        for (AttentionWorkspace<T>& ws : scratch.workspaces) {
-            ws.reserve(scratch.max_len(), cache.capacity(), config_.head_dim(), config_.value_dim());
-        }
     }
 
     void project_queries_and_keys(const ConstMatrixRef<T>& x, MatrixRef<T> q, MatrixRef<T> k,
-                                  AttentionScratch<T>& scratch) const {
+                                  AttentionScratch<T>& scratch, const ExecutionContext& context) const {
         if (config_.kind == AttentionKind::shared_diff && !merged_) {
             const Index n = x.rows();
-            weights_.shared.project(x, scratch.shared_base.topRows(n), scratch.shared_xa.topRows(n), q, k, scratch.threads,
-                                    scratch.min_parallel_flops);
+            weights_.shared.project(x, scratch.shared_base.topRows(n), scratch.shared_xa.topRows(n), q, k, context);
             return;
         }
-        linear<T>(x, weights_.q_proj, q, scratch.threads, scratch.min_parallel_flops);
-        linear<T>(x, weights_.k_proj, k, scratch.threads, scratch.min_parallel_flops);
+        linear<T>(x, weights_.q_proj, q, context);
+        linear<T>(x, weights_.k_proj, k, context);
     }
 
     template <typename Policy>
-    void run_heads(const HeadContext<T>& context, AttentionScratch<T>& scratch) const {
+    void run_heads(const HeadContext<T>& call, AttentionScratch<T>& scratch, const ExecutionContext& context) const {
         const bool subln = config_.has_subln();
         const T output_scale = static_cast<T>(config_.output_scale());
         // About 2 N S (query width + output width) flops: Q K^T and P V of every head.
-        const double flops = 2.0 * static_cast<double>(context.q.rows()) * static_cast<double>(context.k.rows()) *
-                             static_cast<double>(context.q.cols() + context.heads.cols());
-        detail::for_each_head(config_.n_heads, scratch.threads, flops, scratch.min_parallel_flops, scratch.workspaces,
+        const double flops = 2.0 * static_cast<double>(call.q.rows()) * static_cast<double>(call.k.rows()) *
+                             static_cast<double>(call.q.cols() + call.heads.cols());
+        detail::for_each_head(config_.n_heads, flops, context, scratch.workspaces,
                               [&](Index h, AttentionWorkspace<T>& workspace) {
-                                  Policy::run(context, h, workspace);
+                                  Policy::run(call, h, workspace);
                                   if (subln) {
-                                      auto head = context.output(h);  // [N x 2d]
+                                      auto head = call.output(h);  // [N x 2d]
                                       weights_.subln.apply(head, head, output_scale);
                                   }
                               });

@@ -53,12 +53,12 @@ struct SharedDiffFactors {
 
     /// Factored projection of queries and keys.
     ///   x [N x D]; base [N x 2d] and xa [N x 4 H r] scratch; q, k [N x 2H d] (map t at [t d, (t+1) d)).
-    ///   threads: the tokens are cut into fixed blocks (detail::shared_diff_token_block), each projected
-    ///            whole (bases, X a and the maps of its rows) on one of up to `threads` threads, or on
-    ///            fewer when the work is below `min_flops_per_thread` per thread (core/parallel.hpp).
-    ///            The blocks depend on N only, so results do not depend on the thread count.
+    ///   context: the tokens are cut into fixed blocks (detail::shared_diff_token_block), each projected
+    ///            whole (bases, X a and the maps of its rows) on one of up to context.threads threads,
+    ///            or on fewer when the work is below context.min_parallel_flops per thread. The
+    ///            blocks depend on N only, so results do not depend on the thread count.
     void project(const ConstMatrixRef<T>& x, MatrixRef<T> base, MatrixRef<T> xa, MatrixRef<T> q, MatrixRef<T> k,
-                 int threads = 1, double min_flops_per_thread = detail::kMinParallelFlopsPerThread) const {
+                 const ExecutionContext& context = {}) const {
         const Index d = head_dim(), r = rank(), maps = n_maps(), tokens = x.rows();
         constexpr const char* function = "SharedDiffFactors::project";
         detail::require_same_cols(function, detail::named("x", x), detail::named("q_base", q_base));
@@ -71,8 +71,8 @@ struct SharedDiffFactors {
         // Per token, for q and k each: X base^T (2 D d), X a (2 D 2H r), and the maps (2 2H r d).
         const double flops = 4.0 * static_cast<double>(tokens) *
                              static_cast<double>(x.cols() * d + x.cols() * maps * r + maps * r * d);
-        detail::parallel_for(blocks, detail::threads_for_work(threads, flops, min_flops_per_thread),
-                             detail::Schedule::equal_tasks, [&](Index b, int /*thread*/) {
+        detail::parallel_for(blocks, context.threads_for(flops), detail::Schedule::equal_tasks,
+                             [&](Index b, int /*thread*/) {
                                  const Index first = b * block, rows = std::min(block, tokens - first);
                                  const auto x_rows = x.middleRows(first, rows);
                                  project_one(x_rows, q_base, q_a, q_b, base.block(first, 0, rows, d),

@@ -14,13 +14,9 @@ template <typename T>
 struct SwiGluScratch {
     RowMatrix<T> gate;  ///< [max_len x d_ff]  x Wg^T, then silu(x Wg^T) * (x Wu^T)
     RowMatrix<T> up;    ///< [max_len x d_ff]  x Wu^T
-    int threads = 1;    ///< the projections run on up to this many threads (linear())
-    /// ... and on fewer when a projection has less than this much work (flops) per thread.
-    double min_parallel_flops = detail::kMinParallelFlopsPerThread;
 
     SwiGluScratch() = default;
-    SwiGluScratch(Index max_len, Index d_ff, int requested_threads = 1)
-        : gate(max_len, d_ff), up(max_len, d_ff), threads(detail::available_threads(requested_threads)) {}
+    SwiGluScratch(Index max_len, Index d_ff) : gate(max_len, d_ff), up(max_len, d_ff) {}
 };
 
 template <typename T>
@@ -39,8 +35,9 @@ struct SwiGlu {
     Index d_ff() const { return gate_proj.rows(); }
 
     /// out = SwiGLU(x). x [N x d_model], out [N x d_model] (must not alias x);
-    /// scratch sized for at least N tokens and d_ff.
-    void operator()(const ConstMatrixRef<T>& x, MatrixRef<T> out, SwiGluScratch<T>& scratch) const {
+    /// scratch sized for at least N tokens and d_ff; the projections run as `context` allows (linear()).
+    void operator()(const ConstMatrixRef<T>& x, MatrixRef<T> out, SwiGluScratch<T>& scratch,
+                    const ExecutionContext& context = {}) const {
         const Index n = x.rows();
         require<ShapeError>(scratch.gate.rows() >= n && scratch.gate.cols() == d_ff() &&
                                 scratch.up.rows() >= n && scratch.up.cols() == d_ff(),
@@ -48,11 +45,11 @@ struct SwiGlu {
                             " but the call has ", n, " tokens x d_ff ", d_ff());
         auto gate = scratch.gate.topRows(n);  // [N x d_ff]
         auto up = scratch.up.topRows(n);      // [N x d_ff]
-        linear<T>(x, gate_proj, gate, scratch.threads, scratch.min_parallel_flops);
-        linear<T>(x, up_proj, up, scratch.threads, scratch.min_parallel_flops);
+        linear<T>(x, gate_proj, gate, context);
+        linear<T>(x, up_proj, up, context);
         // silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), fused with the product by up.
         gate.array() = gate.array() / (T(1) + (-gate.array()).exp()) * up.array();
-        linear<T>(gate, down_proj, out, scratch.threads, scratch.min_parallel_flops);
+        linear<T>(gate, down_proj, out, context);
     }
 
     /// 3 d_model d_ff (gate, up and down projections, no biases).

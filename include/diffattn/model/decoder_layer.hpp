@@ -26,20 +26,14 @@ struct LayerScratch {
     AttentionScratch<T> attention;  ///< q, k, v, head outputs, rotary table, kernel workspaces
 
     LayerScratch() = default;
+    /// Buffers for calls of up to max_len tokens, kernel workspaces for up to `threads` threads.
     LayerScratch(const ModelConfig& config, Index max_len, int threads)
         : normed(max_len, config.hidden_size),
           branch(max_len, config.hidden_size),
-          mlp(max_len, config.intermediate_size, threads),
+          mlp(max_len, config.intermediate_size),
           attention(config.attention_config(), max_len, threads) {}
 
     Index max_len() const { return normed.rows(); }
-
-    /// Work (flops) per thread below which the heads and the products of a call run on fewer threads,
-    /// down to one (AttentionScratch and SwiGluScratch::min_parallel_flops; 0: always all threads).
-    void set_min_parallel_flops(double flops) {
-        attention.min_parallel_flops = flops;
-        mlp.min_parallel_flops = flops;
-    }
 };
 
 template <typename T>
@@ -66,19 +60,21 @@ struct DecoderLayer {
         list.add(prefix + "mlp.down_proj.weight", mlp.down_proj);
     }
 
-    /// x [N x D], the residual stream, updated in place; scratch sized for >= N tokens.
-    /// cache: this layer's KV cache (the N tokens follow its `length` cached ones), or null for a
-    /// plain forward over positions 0 .. N-1 (MultiHeadAttention::forward).
-    void forward(MatrixRef<T> x, LayerScratch<T>& scratch, KvCacheView<T>* cache = nullptr) const {
+    /// x [N x D], the residual stream, updated in place; scratch sized for >= N tokens; attention
+    /// and SwiGLU run as `context` allows. cache: this layer's KV cache (the N tokens follow its
+    /// `length` cached ones), or null for a plain forward over positions 0 .. N-1
+    /// (MultiHeadAttention::forward).
+    void forward(MatrixRef<T> x, LayerScratch<T>& scratch, const ExecutionContext& context,
+                 KvCacheView<T>* cache = nullptr) const {
         const Index n = x.rows();
         auto normed = scratch.normed.topRows(n);  // [N x D]
         auto branch = scratch.branch.topRows(n);  // [N x D]
-        input_layernorm(x, normed);                                     // RMSNorm_in(X)
-        self_attn.forward(normed, branch, scratch.attention, cache);    // Attn(RMSNorm_in(X))
-        x += branch;                                             // Y = X + Attn(...)
-        post_attention_layernorm(x, normed);                     // RMSNorm_post(Y)
-        mlp(normed, branch, scratch.mlp);                        // SwiGLU(RMSNorm_post(Y))
-        x += branch;                                             // X' = Y + SwiGLU(...)
+        input_layernorm(x, normed);                                            // RMSNorm_in(X)
+        self_attn.forward(normed, branch, scratch.attention, context, cache);  // Attn(RMSNorm_in(X))
+        x += branch;                                                           // Y = X + Attn(...)
+        post_attention_layernorm(x, normed);                                   // RMSNorm_post(Y)
+        mlp(normed, branch, scratch.mlp, context);                             // SwiGLU(RMSNorm_post(Y))
+        x += branch;                                                           // X' = Y + SwiGLU(...)
     }
 };
 

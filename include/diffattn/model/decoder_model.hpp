@@ -158,18 +158,18 @@ public:
         const Index n = static_cast<Index>(tokens.size());
         check_call(tokens, state);
         detail::require_shape("DecoderModel::forward", detail::named("logits", logits), n, config_.vocab_size);
-        if (cache != nullptr) check_cache(*cache, n);
+        if (cache != nullptr) cache->check_serves("DecoderModel::forward", config_, n);
         if (n == 0) return;
         auto x = state.x.topRows(n);            // [N x D] residual stream
         auto normed = state.normed.topRows(n);  // [N x D]
         for (Index i = 0; i < n; ++i) x.row(i) = embed_tokens.row(tokens[static_cast<std::size_t>(i)]);
         if (cache == nullptr) {
-            for (const DecoderLayer<T>& layer : layers) layer.forward(x, state.layer);
+            for (const DecoderLayer<T>& layer : layers) layer.forward(x, state.layer, state.context);
         } else {
             try {
                 for (std::size_t i = 0; i < layers.size(); ++i) {
                     KvCacheView<T> view = cache->view(static_cast<Index>(i));  // [cached + N rows] of layer i
-                    layers[i].forward(x, state.layer, &view);
+                    layers[i].forward(x, state.layer, state.context, &view);
                 }
             } catch (...) {
                 cache->reset();
@@ -178,8 +178,7 @@ public:
             cache->advance(n);
         }
         norm(x, normed);
-        linear<T>(normed, config_.tie_word_embeddings ? embed_tokens : lm_head, logits, state.threads(),
-                  state.layer.attention.min_parallel_flops);
+        linear<T>(normed, config_.tie_word_embeddings ? embed_tokens : lm_head, logits, state.context);
     }
 
     /// As above, into state.logits; returns a view of its first N rows [N x V] (valid until the
@@ -215,37 +214,12 @@ private:
         const Index n = static_cast<Index>(tokens.size());
         require<ShapeError>(n <= state.max_len(), function, ": ", n, " tokens but the ForwardState holds at most ",
                             state.max_len(), " (make_state(max_len))");
-        const AttentionConfig attention = config_.attention_config();
-        const AttentionScratch<T>& scratch = state.layer.attention;
-        require<ShapeError>(state.x.cols() == config_.hidden_size && state.logits.cols() == config_.vocab_size &&
-                                state.layer.mlp.gate.cols() == config_.intermediate_size &&
-                                scratch.q.cols() == attention.q_width() && scratch.k.cols() == attention.k_width() &&
-                                scratch.v.cols() == attention.v_width() &&
-                                scratch.heads.cols() == attention.out_width() &&
-                                scratch.rotary.head_dim() == attention.head_dim() &&
-                                (attention.kind != AttentionKind::diff_v2 || scratch.second.rows() >= state.max_len()) &&
-                                (attention.kind != AttentionKind::shared_diff || scratch.shared_xa.rows() >= state.max_len()),
-                            function, ": the ForwardState was made for another configuration (use this model's "
-                            "make_state)");
+        require<ShapeError>(state.fits(config_), function,
+                            ": the ForwardState was made for another configuration (use this model's make_state)");
         for (std::size_t i = 0; i < tokens.size(); ++i) {
             require<ShapeError>(tokens[i] >= 0 && tokens[i] < config_.vocab_size, function, ": token ", i, " is ",
                                 tokens[i], ", outside the vocabulary [0, ", config_.vocab_size, ")");
         }
-    }
-
-    void check_cache(const KvCache<T>& cache, Index n) const {
-        constexpr const char* function = "DecoderModel::forward";
-        require<OptionError>(config_.causal, function, ": the model is a bidirectional encoder (\"causal\": false); "
-                             "a KV cache needs a causal decoder");
-        require<ShapeError>(cache.compatible(config_), function,
-                            ": the KvCache was made for another configuration (attention ",
-                            to_string(cache.config().attention), ", ", cache.config().num_hidden_layers,
-                            " layers; this model: ", to_string(config_.attention), ", ", config_.num_hidden_layers,
-                            " layers)");
-        require<ShapeError>(n <= cache.remaining(), function, ": the KvCache holds ", cache.length(), " of at most ",
-                            cache.max_len(), " tokens, so ", n, " more (", cache.length() + n,
-                            ") would pass its max_len; it does not grow: make it with a larger max_len, or reset() "
-                            "it for a new sequence");
     }
 
     ModelConfig config_;

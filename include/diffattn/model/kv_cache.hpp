@@ -125,6 +125,21 @@ public:
                (config.attention != AttentionKind::dint || config.dint_integral == config_.dint_integral);
     }
 
+    /// Throws unless `function` can run n more tokens of a model of `config` through this cache:
+    /// OptionError for a model that cannot use any KV cache (an encoder, DINT global_mean), and
+    /// ShapeError for a cache made for another configuration or without room for n more tokens (it
+    /// never grows). Const: a refused call leaves the cache as it was.
+    void check_serves(const char* function, const ModelConfig& config, Index n) const {
+        require_kv_cache_support(function, config.attention_config());
+        require<ShapeError>(compatible(config), function, ": the KvCache was made for another configuration (attention ",
+                            to_string(config_.attention), ", ", config_.num_hidden_layers, " layers; this model: ",
+                            to_string(config.attention), ", ", config.num_hidden_layers, " layers)");
+        require<ShapeError>(n <= remaining(), function, ": the KvCache holds ", length_, " of at most ", max_len(),
+                            " tokens, so ", n, " more (", length_ + n,
+                            ") would pass its max_len; it does not grow: make it with a larger max_len, or reset() "
+                            "it for a new sequence");
+    }
+
 private:
     template <typename>
     friend class DecoderModel;
@@ -132,14 +147,7 @@ private:
     static const ModelConfig& checked(const ModelConfig& config, Index max_len) {
         config.validate();
         require<ShapeError>(max_len > 0, "KvCache: max_len must be > 0, got ", max_len);
-        require<OptionError>(config.attention != AttentionKind::dint ||
-                                 config.dint_integral != DintIntegral::global_mean,
-                             "KvCache: dint_integral global_mean averages A1 over all rows, future ones included, "
-                             "so a model using it cannot be decoded incrementally (use causal_softmax or "
-                             "causal_mean)");
-        require<OptionError>(config.causal,
-                             "KvCache: the model is a bidirectional encoder (\"causal\": false); a KV cache needs "
-                             "a causal decoder, where earlier tokens never see later ones");
+        require_kv_cache_support("KvCache", config.attention_config());
         return config;
     }
 
