@@ -9,11 +9,11 @@
 #pragma once
 
 #include "diffattn/core/error.hpp"
+#include "diffattn/io/json_file.hpp"
 #include "diffattn/model/config.hpp"
 
 #include <nlohmann/json.hpp>
 
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -22,7 +22,6 @@
 #include <ostream>
 #include <sstream>
 #include <string>
-#include <system_error>
 #include <vector>
 
 namespace diffattn {
@@ -181,62 +180,17 @@ inline constexpr std::uintmax_t max_config_json_bytes = 1 << 20;
 /// max_config_json_depth, is a ConfigError.
 inline ModelConfig model_config_from_json_text(const std::string& text, std::vector<std::string>* warnings = nullptr,
                                                const std::string& source = "config.json") {
-    nlohmann::json json;
-    const auto limit_depth = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
-        if ((event == nlohmann::json::parse_event_t::object_start ||
-             event == nlohmann::json::parse_event_t::array_start) &&
-            depth >= max_config_json_depth) {
-            throw ConfigError(detail::concat(source, ": not valid JSON for a config: it nests deeper than ",
-                                             max_config_json_depth, " levels"));
-        }
-        return true;
-    };
-    try {
-        json = nlohmann::json::parse(text, limit_depth);
-    } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
-        throw ConfigError(detail::concat(source, ": not valid JSON: ", e.what()));
-    }
-    return model_config_from_json(json, warnings, source);
+    return model_config_from_json(detail::parse_json_text<ConfigError>(text, max_config_json_depth, source, "a config"),
+                                  warnings, source);
 }
 
 /// Reads and parses a config.json file. FileError naming the file and the reason if it is missing,
 /// not a regular file (a directory, a FIFO, a device), larger than max_config_json_bytes, or
 /// cannot be read; ConfigError for bad content.
 inline ModelConfig read_model_config(const std::filesystem::path& path, std::vector<std::string>* warnings = nullptr) {
-    namespace fs = std::filesystem;
     const std::string source = detail::concat("config.json \"", path.string(), "\"");
-    std::error_code error;
-    const fs::file_status status = fs::status(path, error);
-    if (status.type() == fs::file_type::not_found) {
-        throw FileError(detail::concat(source, ": cannot open the file: no such file",
-                                       error && error != std::errc::no_such_file_or_directory
-                                           ? " (" + error.message() + ")"
-                                           : std::string()));
-    }
-    require<FileError>(!error, source, ": cannot open the file: cannot access it: ", error.message());
-    require<FileError>(status.type() != fs::file_type::directory, source,
-                       ": cannot open the file: it is a directory, not a file");
-    require<FileError>(status.type() == fs::file_type::regular, source,
-                       ": cannot open the file: it is not a regular file (a FIFO, socket or device)");
-    const std::uintmax_t size = fs::file_size(path, error);
-    require<FileError>(!error, source, ": cannot get the file size: ", error.message());
-    require<FileError>(size <= max_config_json_bytes, source, ": the file is ", size, " bytes, over the ",
-                       max_config_json_bytes, "-byte limit for a config.json");
-    errno = 0;
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        const int reason = errno;
-        throw FileError(detail::concat(source, ": cannot open the file",
-                                       reason != 0 ? ": " + std::generic_category().message(reason) : std::string()));
-    }
-    // size + 1 bytes at most (size <= the limit), whatever happens to the file meanwhile.
-    std::string text(static_cast<std::size_t>(size) + 1, '\0');
-    in.read(text.data(), static_cast<std::streamsize>(text.size()));
-    require<FileError>(!in.bad(), source, ": read error");
-    text.resize(static_cast<std::size_t>(in.gcount()));
-    require<FileError>(text.size() == size, source, ": read ", text.size(), " bytes but the file size is ", size,
-                       " (the file changed while being read)");
-    return model_config_from_json_text(text, warnings, source);
+    return model_config_from_json_text(detail::read_text_file(path, max_config_json_bytes, source, "a config.json"),
+                                       warnings, source);
 }
 
 /// read_model_config that writes each warning as one line to `warnings`.
