@@ -202,7 +202,15 @@ inline ModelConfig read_model_config(const std::filesystem::path& path, std::ost
 }
 
 /// The config.json object of a configuration (every SPEC 5 key that applies to its kind).
+/// ConfigError for a configuration with another family's conventions (a released checkpoint's):
+/// our format cannot express them, so the file would describe another model.
 inline nlohmann::ordered_json model_config_to_json(const ModelConfig& c) {
+    require<ConfigError>(c.conventions.ours() && c.mlp_activation == MlpActivation::silu,
+                         "model_config_to_json: a configuration with the conventions of family ",
+                         to_string(c.conventions.family), " (rotary ", to_string(c.conventions.rotary_style),
+                         ", head pairing ", to_string(c.conventions.head_pairing), ", mlp ",
+                         to_string(c.mlp_activation), "): our config.json format cannot express them "
+                         "(docs/checkpoints.md); keep the checkpoint's own config.json");
     nlohmann::ordered_json j;
     j["attention"] = to_string(c.attention);
     j["hidden_size"] = c.hidden_size;
