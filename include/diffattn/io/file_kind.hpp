@@ -6,6 +6,7 @@
 #pragma once
 
 #include <filesystem>
+#include <system_error>
 
 namespace diffattn::detail {
 
@@ -24,6 +25,23 @@ inline const char* not_a_regular_file(std::filesystem::file_type type) noexcept 
         case fs::file_type::symlink: return "is not a regular file but a symbolic link";
         default: return "is not a regular file";
     }
+}
+
+/// Checks, before it is opened, that `path` names an existing regular file (links followed);
+/// otherwise calls fail(parts...), which must throw, with "no such file" (and the reason when it
+/// is not ENOENT: a path through a file gives ENOTDIR), "cannot access the file: <reason>" or
+/// not_a_regular_file's text. The one check of the readers that open a file by path.
+template <typename Fail>
+void require_regular_file(const std::filesystem::path& path, Fail&& fail) {
+    namespace fs = std::filesystem;
+    std::error_code error;
+    const fs::file_status status = fs::status(path, error);
+    if (status.type() == fs::file_type::not_found) {
+        if (error && error != std::errc::no_such_file_or_directory) fail("no such file (", error.message(), ")");
+        fail("no such file");
+    }
+    if (error) fail("cannot access the file: ", error.message());
+    if (const char* why = not_a_regular_file(status.type())) fail(why);
 }
 
 }  // namespace diffattn::detail

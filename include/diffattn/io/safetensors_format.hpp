@@ -87,6 +87,13 @@ inline std::string format_tensor_shape(const std::vector<Index>& shape) {
     return text + "]";
 }
 
+/// True when `name` ends in `suffix`; false for a null suffix (tensor names: skipped buffers, kinds of parameters).
+inline bool ends_with(const std::string& name, const char* suffix) {
+    if (suffix == nullptr) return false;
+    const std::size_t n = std::char_traits<char>::length(suffix);
+    return name.size() >= n && name.compare(name.size() - n, n, suffix) == 0;
+}
+
 /// Element count and byte size of a tensor.
 struct TensorSize {
     Index elements = 0;       ///< product of the shape: 1 for a scalar, 0 with a zero dimension

@@ -1,10 +1,10 @@
 // Reading safetensors files (docs/math.md §5), the Hugging Face weight format.
 //
-// SafetensorsFile reads a whole file, has check_safetensors_header validate ALL of it (header
-// length, JSON, every entry, the byte layout of the data section) in its constructor, and only
-// then hands out tensors, converted from F32 / F16 / BF16 / F64 to float or double. Every
-// problem is a FileError naming the file and, where there is one, the tensor;
-// docs/safetensors.md lists what is accepted and what is rejected.
+// SafetensorsFile reads a whole file (or maps it, SafetensorsFile::mapped), has
+// check_safetensors_header validate ALL of it (header length, JSON, every entry, the byte layout
+// of the data section) in its constructor, and only then hands out tensors, converted from F32 /
+// F16 / BF16 / F64 to float or double. Every problem is a FileError naming the file and, where
+// there is one, the tensor; docs/safetensors.md lists what is accepted and what is rejected.
 #pragma once
 
 #include "diffattn/core/error.hpp"
@@ -12,6 +12,7 @@
 #include "diffattn/io/detail/counted.hpp"
 #include "diffattn/io/detail/float_formats.hpp"
 #include "diffattn/io/file_kind.hpp"
+#include "diffattn/io/mapped_file.hpp"
 #include "diffattn/io/safetensors_format.hpp"
 #include "diffattn/io/safetensors_header.hpp"
 
@@ -39,8 +40,8 @@ namespace diffattn {
 ///   RowMatrix<float> w = file.matrix<float>("lm_head.weight", vocab_size, d_model);
 ///   file.check_no_unexpected(expected_names);
 ///
-/// The object owns a copy of the file (file size bytes); it is movable but not copyable, so
-/// that the buffer is never duplicated by accident.
+/// The object owns a copy of the file (file size bytes), or a read-only mapping of it (mapped());
+/// it is movable but not copyable, so that the buffer is never duplicated by accident.
 class SafetensorsFile {
 public:
     /// The limits of SafetensorsLimits, under their earlier names.
@@ -61,6 +62,19 @@ public:
         std::ifstream in;
         const std::uint64_t file_size = open_file(path, in);
         parse_and_validate(file_size, [&](std::uint64_t end) { read_up_to(in, end, file_size); });
+    }
+
+    /// Maps the file at `path` read-only (io/mapped_file.hpp) instead of reading it: the same
+    /// checks and FileErrors, but only the header's pages are touched until tensors are read, and
+    /// release() hands a converted tensor's pages back. For checkpoints larger than memory allows
+    /// twice (DecoderModel::load).
+    static SafetensorsFile mapped(const std::filesystem::path& path) {
+        SafetensorsFile file;
+        file.path_ = path.string();
+        file.mapping_ = detail::MappedFile(path, detail::concat("safetensors file \"", file.path_, "\""));
+        file.data_ = file.mapping_.data();
+        file.parse_and_validate(file.mapping_.size(), [](std::uint64_t) {});
+        return file;
     }
 
     /// Validates `bytes`, the whole content of a safetensors file already in memory (weights
@@ -126,13 +140,14 @@ public:
         return tensor;
     }
 
-    /// FileError listing (by name, the first 16) every tensor of the file not in `expected`.
-    void check_no_unexpected(const std::set<std::string>& expected) const {
+    /// FileError listing (by name, the first 16) every tensor of the file not in `expected`;
+    /// names ending in `ignored_suffix` (if not null) are skipped.
+    void check_no_unexpected(const std::set<std::string>& expected, const char* ignored_suffix = nullptr) const {
         constexpr std::size_t listed_max = 16;
         std::size_t unexpected = 0;
         std::string listed;
         for (const auto& entry : header_.tensors) {
-            if (expected.count(entry.first) != 0) continue;
+            if (expected.count(entry.first) != 0 || detail::ends_with(entry.first, ignored_suffix)) continue;
             if (unexpected < listed_max) listed += (unexpected == 0 ? "" : ", ") + detail::quote_json(entry.first);
             ++unexpected;
         }
@@ -152,6 +167,13 @@ public:
         const TensorInfo& tensor = require_tensor(name, expected_shape);
         require<Error>(dst != nullptr || tensor.num_elements == 0, "SafetensorsFile::read_into: dst is null");
         convert(name, tensor, dst);
+    }
+
+    /// Hands back the resident pages of tensor `name`'s bytes in a mapped file (they are read
+    /// from the file again if the tensor is read again); nothing for a file read into memory.
+    void release(const std::string& name) const {
+        const TensorInfo& tensor = info(name);
+        mapping_.release(data_start_ + tensor.data_begin, data_start_ + tensor.data_end);
     }
 
     /// Tensor `name`, which must be 2-D [rows, cols], as a new row-major matrix.
@@ -197,11 +219,15 @@ public:
     }
 
 private:
+    SafetensorsFile() = default;
+
     /// from_bytes: the file content is given, not read.
     SafetensorsFile(std::vector<unsigned char> bytes, std::string name)
         : path_(std::move(name)), bytes_(std::move(bytes)) {
+        data_ = bytes_.data();
         parse_and_validate(bytes_.size(), [](std::uint64_t) {});
     }
+
 
     /// Throws FileError("safetensors file \"<path>\": <parts...>").
     template <typename... Parts>
@@ -223,15 +249,8 @@ private:
     /// Reads nothing yet (read_up_to does, step by step).
     std::uint64_t open_file(const std::filesystem::path& path, std::ifstream& in) const {
         namespace fs = std::filesystem;
+        detail::require_regular_file(path, [this](const auto&... parts) { fail(parts...); });
         std::error_code error;
-        const fs::file_status status = fs::status(path, error);
-        if (status.type() == fs::file_type::not_found) {
-            // ENOTDIR ("dir/file.safetensors/x") counts as not found; say which it was.
-            if (error && error != std::errc::no_such_file_or_directory) fail("no such file (", error.message(), ")");
-            fail("no such file");
-        }
-        if (error) fail("cannot access the file: ", error.message());
-        if (const char* why = detail::not_a_regular_file(status.type())) fail(why);
         const std::uintmax_t size = fs::file_size(path, error);
         if (error) fail("cannot get the file size: ", error.message());
         if (size > static_cast<std::uintmax_t>(std::numeric_limits<std::streamsize>::max()) ||
@@ -253,6 +272,7 @@ private:
         const std::size_t begin = bytes_.size();
         if (end <= begin) return;
         bytes_.resize(static_cast<std::size_t>(end));
+        data_ = bytes_.data();
         const auto count = static_cast<std::streamsize>(end - begin);
         in.read(reinterpret_cast<char*>(bytes_.data() + begin), count);
         if (in.gcount() != count) {
@@ -270,7 +290,7 @@ private:
             fail("the file is ", detail::bytes_count(file_size), ", too short for the 8-byte header length");
         }
         load(8);
-        const std::uint64_t header_size = detail::load_u64_le(bytes_.data());
+        const std::uint64_t header_size = detail::load_u64_le(data_);
         if (header_size > max_header_bytes) {
             fail("header length ", header_size, " exceeds the limit of ", detail::bytes_count(max_header_bytes));
         }
@@ -280,7 +300,7 @@ private:
         }
         data_start_ = static_cast<std::size_t>(8 + header_size);
         load(data_start_);
-        header_ = check_safetensors_header(reinterpret_cast<const char*>(bytes_.data()) + 8,
+        header_ = check_safetensors_header(reinterpret_cast<const char*>(data_) + 8,
                                            static_cast<std::size_t>(header_size), file_size - data_start_, path_);
         load(file_size);  // every byte of the data section belongs to a validated tensor
     }
@@ -288,7 +308,7 @@ private:
     /// Converts the num_elements elements of `tensor` (tensor `name`) into dst[0, num_elements).
     template <typename T>
     void convert(const std::string& name, const TensorInfo& tensor, T* dst) const {
-        const unsigned char* src = bytes_.data() + data_start_ + tensor.data_begin;
+        const unsigned char* src = data_ + data_start_ + tensor.data_begin;
         const Index count = tensor.num_elements;
         using detail::load_u16_le;
         using detail::load_u32_le;
@@ -322,7 +342,9 @@ private:
     }
 
     std::string path_;                 // as given, for error messages
-    std::vector<unsigned char> bytes_; // the whole file: [file size]
+    std::vector<unsigned char> bytes_; // the whole file: [file size] (empty when mapped)
+    detail::MappedFile mapping_;       // mapped(): the whole file, read-only
+    const unsigned char* data_ = nullptr;  // bytes_.data() or mapping_.data()
     std::size_t data_start_ = 0;       // 8 + header length
     SafetensorsHeader header_;         // the validated tensors and __metadata__
 };

@@ -13,13 +13,12 @@
 
 #include "diffattn/core/error.hpp"
 #include "diffattn/io/detail/counted.hpp"
-#include "diffattn/io/detail/strict_json.hpp"
+#include "diffattn/io/json_file.hpp"
 #include "diffattn/io/replace_file.hpp"
 #include "diffattn/model/config.hpp"
 
 #include <nlohmann/json.hpp>
 
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -28,7 +27,6 @@
 #include <ostream>
 #include <sstream>
 #include <string>
-#include <system_error>
 #include <vector>
 
 namespace diffattn {
@@ -184,87 +182,6 @@ inline constexpr int max_config_json_depth = 32;
 /// Largest config.json file read_model_config reads, in bytes (real ones are well under 4 KiB).
 inline constexpr std::uintmax_t max_config_json_bytes = 1 << 20;
 
-namespace detail {
-
-/// Parses JSON text that must be strictly one JSON value (detail::check_json_text, one linear pass
-/// before the DOM is built): ConfigError prefixed with `source` for a syntax error, a NUL byte
-/// (naming its offset; nlohmann would stop reading there), nesting deeper than `max_depth` (so
-/// that no recursive walk ever meets a pathological depth), or a key twice in one object (naming
-/// it; nlohmann would keep the last value silently). `what` names the content in the depth
-/// message ("a config").
-inline nlohmann::json parse_json_text(const std::string& text, const std::string& source, int max_depth,
-                                      const char* what) {
-    using Problem = detail::JsonProblem;
-    detail::JsonLimits limits;
-    limits.max_depth = max_depth;
-    const Problem problem = detail::check_json_text(text.data(), text.data() + text.size(), limits);
-    switch (problem.kind) {
-        case Problem::Kind::none: break;
-        case Problem::Kind::nul_byte:
-            throw ConfigError(detail::concat(source, ": not valid JSON: it holds a NUL byte at byte offset ",
-                                             problem.offset));
-        case Problem::Kind::too_deep:
-            throw ConfigError(
-                detail::concat(source, ": not valid JSON for ", what, ": it nests deeper than ", max_depth, " levels"));
-        case Problem::Kind::duplicate_key:
-            throw ConfigError(detail::concat(source, ": duplicate key ", problem.key,
-                                             problem.top_level_key.empty() ? "" : " inside ",
-                                             problem.top_level_key.empty() ? "" : detail::quote_json(problem.top_level_key),
-                                             ": JSON readers disagree on which value counts"));
-        default:  // syntax, and out_of_range for a number like 1e400 (no array limit here)
-            throw ConfigError(detail::concat(source, ": not valid JSON: ", problem.message));
-    }
-    nlohmann::json json;
-    try {
-        json = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {  // not expected after the check; kept as a guard
-        throw ConfigError(detail::concat(source, ": not valid JSON: ", e.what()));
-    }
-    return json;
-}
-
-/// Reads a whole file of at most `max_bytes` bytes. FileError prefixed with `source` if it is
-/// missing, not a regular file (a directory, a FIFO, a device), larger than `max_bytes`, or cannot
-/// be read; `what` names the kind of file in the size message ("a config.json").
-inline std::string read_text_file(const std::filesystem::path& path, const std::string& source,
-                                  std::uintmax_t max_bytes, const char* what) {
-    namespace fs = std::filesystem;
-    std::error_code error;
-    const fs::file_status status = fs::status(path, error);
-    if (status.type() == fs::file_type::not_found) {
-        throw FileError(detail::concat(source, ": cannot open the file: no such file",
-                                       error && error != std::errc::no_such_file_or_directory
-                                           ? " (" + error.message() + ")"
-                                           : std::string()));
-    }
-    require<FileError>(!error, source, ": cannot open the file: cannot access it: ", error.message());
-    require<FileError>(status.type() != fs::file_type::directory, source,
-                       ": cannot open the file: it is a directory, not a file");
-    require<FileError>(status.type() == fs::file_type::regular, source,
-                       ": cannot open the file: it is not a regular file (a FIFO, socket or device)");
-    const std::uintmax_t size = fs::file_size(path, error);
-    require<FileError>(!error, source, ": cannot get the file size: ", error.message());
-    require<FileError>(size <= max_bytes, source, ": the file is ", detail::bytes_count(size), ", over the ", max_bytes,
-                       "-byte limit for ", what);
-    errno = 0;
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        const int reason = errno;
-        throw FileError(detail::concat(source, ": cannot open the file",
-                                       reason != 0 ? ": " + std::generic_category().message(reason) : std::string()));
-    }
-    // size + 1 bytes at most (size <= the limit), whatever happens to the file meanwhile.
-    std::string text(static_cast<std::size_t>(size) + 1, '\0');
-    in.read(text.data(), static_cast<std::streamsize>(text.size()));
-    require<FileError>(!in.bad(), source, ": read error");
-    text.resize(static_cast<std::size_t>(in.gcount()));
-    require<FileError>(text.size() == size, source, ": read ", detail::bytes_count(text.size()), " but the file size is ", size,
-                       " (the file changed while being read)");
-    return text;
-}
-
-}  // namespace detail
-
 /// Parses config.json text (see model_config_from_json). ConfigError for text that is not strictly
 /// one JSON value (detail::parse_json_text with max_config_json_depth).
 inline ModelConfig model_config_from_json_text(const std::string& text, std::vector<std::string>* warnings = nullptr,
@@ -278,7 +195,11 @@ inline ModelConfig model_config_from_json_text(const std::string& text, std::vec
 /// cannot be read; ConfigError for bad content.
 inline ModelConfig read_model_config(const std::filesystem::path& path, std::vector<std::string>* warnings = nullptr) {
     const std::string source = detail::concat("config.json \"", path.string(), "\"");
+<<<<<<< HEAD
     return model_config_from_json_text(detail::read_text_file(path, source, max_config_json_bytes, "a config.json"),
+=======
+    return model_config_from_json_text(detail::read_text_file(path, max_config_json_bytes, source, "a config.json"),
+>>>>>>> dccac55 (io: memory-mapped safetensors files; one regular-file check)
                                        warnings, source);
 }
 
