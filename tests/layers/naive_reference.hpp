@@ -156,7 +156,7 @@ inline Mat attention(const diffattn::AttentionConfig& c, const Tensors& p, const
     }
 
     if (kind == AttentionKind::diff_v2) {  // docs/math.md §3.4
-        const Index d = c.v2_head_dim, group = 2 * H / Hkv;
+        const Index d = c.given_head_dim, group = 2 * H / Hkv;
         Mat q = linear(x, p.at("q_proj.weight")[0]), k = linear(x, p.at("k_proj.weight")[0]);
         Mat v = linear(x, p.at("v_proj.weight")[0]), l = linear(x, p.at("lambda_proj.weight")[0]);
         std::vector<Mat> o;

@@ -69,11 +69,11 @@ std::vector<Case> cases() {
     out.push_back({"shared_diff rank 1, 4 heads", make(AttentionKind::shared_diff, 64, 4, 4, 2)});
     out.back().config.shared_diff_rank = 1;
     out.push_back({"diff_v2", make(AttentionKind::diff_v2, 32, 4, 2)});
-    out.back().config.v2_head_dim = 6;
+    out.back().config.given_head_dim = 6;
     out.push_back({"diff_v2 no gqa", make(AttentionKind::diff_v2, 16, 2, 2)});
-    out.back().config.v2_head_dim = 8;
+    out.back().config.given_head_dim = 8;
     out.push_back({"diff_v2 encoder", make(AttentionKind::diff_v2, 16, 2, 1)});
-    out.back().config.v2_head_dim = 4;
+    out.back().config.given_head_dim = 4;
     out.back().config.causal = false;
     return out;
 }
@@ -349,7 +349,7 @@ TEST_CASE("bad attention configurations are ConfigErrors naming the key", "[laye
     CHECK_THAT(message_of(make(AttentionKind::diff, 32, 0, 0)), Contains("num_attention_heads"));
     CHECK_THAT(message_of(make(AttentionKind::diff_v2, 32, 4, 2)), Contains("head_dim"));
     AttentionConfig odd = make(AttentionKind::diff_v2, 32, 4, 2);
-    odd.v2_head_dim = 5;
+    odd.given_head_dim = 5;
     CHECK_THAT(message_of(odd), Contains("even"));
     CHECK_THAT(message_of(make(AttentionKind::diff, 24, 4, 4)), Contains("even"));  // d = 3
     AttentionConfig shared = make(AttentionKind::shared_diff, 32, 2, 2);

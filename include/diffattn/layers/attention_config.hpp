@@ -1,5 +1,7 @@
 // Geometry of the multi-head attention modules (docs/math.md §3): the attention kind, the head layout
-// and every derived width, as a plain struct with accessors (the llama.cpp hparams style).
+// and every derived width, as a plain struct with accessors (the llama.cpp hparams style), plus
+// the conventions that differ between checkpoint families (AttentionConventions: data on the one
+// module, docs/checkpoints.md); their defaults are our own format's.
 //
 // Buffers of one call, all row-major with one row per token:
 //   Q [N x q_width()]   n_query_maps() maps of width head_dim(), map t at columns [t d, (t+1) d)
@@ -11,8 +13,12 @@
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/options.hpp"
+#include "diffattn/layers/attention_conventions.hpp"
+#include "diffattn/layers/checkpoint_family.hpp"
 #include "diffattn/layers/lambda.hpp"
+#include "diffattn/layers/rotary.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -83,13 +89,14 @@ struct AttentionConfig {
     Index d_model = 0;                                           ///< `hidden_size` (D)
     Index n_heads = 0;                                           ///< `num_attention_heads` (H)
     Index n_kv_heads = 0;                                        ///< `num_key_value_heads` (Hkv; 0 means H)
-    Index v2_head_dim = 0;                                       ///< `head_dim` (diff_v2 only)
+    Index given_head_dim = 0;                                    ///< `head_dim` of diff_v2 and released checkpoints (0: derived)
     Index shared_diff_rank = 0;                                  ///< `shared_diff_rank` (r, shared_diff only)
     DiffGqaPairing gqa_pairing = DiffGqaPairing::per_head;       ///< `diff_gqa_pairing`
     DintIntegral dint_integral = DintIntegral::causal_softmax;   ///< `dint_integral` (dint only)
     bool causal = true;                                          ///< `causal`: mask causal, else none
     double rope_theta = 10000.0;                                 ///< `rope_theta`
     Index depth = 0;                                             ///< layer index, for lambda_init
+    AttentionConventions conventions;                            ///< family conventions (defaults: ours)
 
     // ---- Derived values -------------------------------------------------------------------
     Index kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
@@ -97,12 +104,13 @@ struct AttentionConfig {
     Index rep() const { return n_heads / kv_heads(); }
     /// Two maps per head (DIFF family) or one (softmax).
     bool differential() const { return kind != AttentionKind::softmax; }
-    /// d: width of one query/key map. softmax D/H; diff, dint, shared_diff D/H/2; diff_v2 head_dim.
+    /// d: width of one query/key map. softmax D/H; diff, dint, shared_diff D/H/2; diff_v2
+    /// head_dim; a released checkpoint's `head_dim` (given_head_dim) when set.
     Index head_dim() const {
         switch (kind) {
             case AttentionKind::softmax: return d_model / n_heads;
-            case AttentionKind::diff_v2: return v2_head_dim;
-            default: return d_model / n_heads / 2;
+            case AttentionKind::diff_v2: return given_head_dim;
+            default: return given_head_dim > 0 ? given_head_dim : d_model / n_heads / 2;
         }
     }
     /// Number of query maps: H (softmax) or 2H (every differential kind).
@@ -156,23 +164,33 @@ struct AttentionConfig {
     }
     /// The per-head subln: diff, dint, shared_diff.
     bool has_subln() const { return has_lambda(); }
-    double lambda_init() const { return diffattn::lambda_init(depth); }
+    /// The subln's learned weight `subln.weight` [2d] (not DiffLlama's weightless norm).
+    bool has_subln_weight() const { return has_subln() && conventions.pair_norm == PairNorm::affine; }
+    /// lambda_init of the layer's depth, shifted by the family's offset (Motif: depth - 1).
+    double lambda_init() const { return diffattn::lambda_init(depth + conventions.lambda_depth_offset); }
     /// Factor after subln: (1 - lambda_init) for diff and shared_diff only (docs/math.md §3.1, 3.3); 1 otherwise.
     double output_scale() const {
         return (kind == AttentionKind::diff || kind == AttentionKind::shared_diff) ? 1.0 - lambda_init() : 1.0;
     }
     MaskKind mask() const { return causal ? MaskKind::causal : MaskKind::none; }
-    /// Name of the output projection: `out_proj` (docs/math.md §3.1-3.3) or `o_proj` (diff_v2, docs/math.md §3.4).
-    const char* out_proj_name() const { return kind == AttentionKind::diff_v2 ? "o_proj" : "out_proj"; }
+    /// Name of the output projection: `out_proj` (docs/math.md §3.1-3.3) or `o_proj` (diff_v2, docs/math.md §3.4;
+    /// DiffLlama and Motif, tensor_names()).
+    const char* out_proj_name() const {
+        return kind == AttentionKind::diff_v2 ? "o_proj" : tensor_names(conventions.family).out_proj;
+    }
+    /// The rotary table this module's maps need.
+    RotarySpec rotary() const { return {head_dim(), rope_theta, conventions.rotary_style, conventions.rope_scaling}; }
 
     /// Number of parameters (docs/model.md):
     ///   softmax:     D^2 (q) + 2 D^2/rep (k, v) + D^2 (out)
     ///   diff, dint:  D^2 (q) + 2 D^2/rep (k, v) + D^2 (out) + 4d (lambda) + 2d (subln),   d = D/H/2
+    ///                (a given head_dim: D (q_width + k_width + v_width) + out_width D + 4d [+ 2d];
+    ///                no 2d without the subln weight)
     ///   shared_diff: 2 d D (bases) + 4 H r (D + d) (factors) + 2 D^2 (v, out) + 4d + 2d
     ///   diff_v2:     2H d D (q) + 2 Hkv d D (k, v) + H d D (o) + H D (lambda_proj)
     Index parameter_count() const {
         const Index D = d_model, H = n_heads, d = head_dim(), r = shared_diff_rank;
-        const Index lambda_and_subln = has_lambda() ? 4 * d + 2 * d : 0;
+        const Index lambda_and_subln = (has_lambda() ? 4 * d : 0) + (has_subln_weight() ? 2 * d : 0);
         switch (kind) {
             case AttentionKind::shared_diff:
                 return 2 * d * D + 4 * H * r * (D + d) + 2 * D * D + lambda_and_subln;
@@ -203,9 +221,9 @@ struct AttentionConfig {
         require<ConfigError>(d_model > 0, where, "hidden_size must be > 0, got ", d_model);
         require<ConfigError>(n_heads > 0, where, "num_attention_heads must be > 0, got ", n_heads);
         require<ConfigError>(n_kv_heads >= 0, where, "num_key_value_heads must be > 0, got ", n_kv_heads);
-        require<ConfigError>(shared_diff_rank >= 0 && v2_head_dim >= 0, where,
+        require<ConfigError>(shared_diff_rank >= 0 && given_head_dim >= 0, where,
                              "shared_diff_rank and head_dim must be >= 0, got ", shared_diff_rank, " and ",
-                             v2_head_dim);
+                             given_head_dim);
         require<ConfigError>(parameter_count_bound() <= max_parameters, where,
                              "the attention module would have more than 2^53 parameters (hidden_size ", d_model,
                              ", num_attention_heads ", n_heads, ", query/key map width ", head_dim(),
@@ -218,12 +236,12 @@ struct AttentionConfig {
                                      ") must be divisible by num_attention_heads (", n_heads, ") for attention softmax");
                 break;
             case AttentionKind::diff_v2:
-                require<ConfigError>(v2_head_dim > 0, where,
-                                     "head_dim must be set (> 0) for attention diff_v2, got ", v2_head_dim);
+                require<ConfigError>(given_head_dim > 0, where,
+                                     "head_dim must be set (> 0) for attention diff_v2, got ", given_head_dim);
                 break;
             default:
-                require<ConfigError>(d_model % (2 * n_heads) == 0, where, "hidden_size (", d_model,
-                                     ") must be divisible by 2 * num_attention_heads (", 2 * n_heads,
+                require<ConfigError>(given_head_dim > 0 || d_model % (2 * n_heads) == 0, where, "hidden_size (",
+                                     d_model, ") must be divisible by 2 * num_attention_heads (", 2 * n_heads,
                                      ") for attention ", to_string(kind));
                 break;
         }
@@ -236,20 +254,24 @@ struct AttentionConfig {
                                  ") for attention shared_diff (its v_proj has no grouping, docs/math.md §3.3)");
         }
         require<ConfigError>(head_dim() % 2 == 0, where, "the query/key map width d = ", head_dim(),
-                             " must be even for the interleaved rotary embedding (attention ", to_string(kind),
-                             head_dim_source(), ")");
+                             " must be even for the ", to_string(conventions.rotary_style),
+                             " rotary embedding (attention ", to_string(kind), head_dim_source(), ")");
         require<ConfigError>(rope_theta > 0 && std::isfinite(rope_theta), where, "rope_theta must be > 0, got ",
                              rope_theta);
         // With theta < 1 the frequency theta^(-2i/d) grows with i; a tiny theta (a denormal) would
         // make the angles pos * theta^(-2i/d) Inf or NaN, i.e. NaN logits (caught by the finite-logits check of fuzz_config_json).
         // Keep every angle finite for positions below 2^31.
         const double d = static_cast<double>(head_dim());
-        const double top_frequency = std::pow(rope_theta, -(d - 2) / d);
+        const Llama3RopeScaling& llama3 = conventions.rope_scaling;
+        // llama3 scaling keeps each frequency between f / factor and f.
+        const double top_frequency = std::max(1.0, std::pow(rope_theta, -(d - 2) / d)) *
+                                     (llama3.enabled() ? std::max(1.0, 1.0 / llama3.factor) : 1.0);
         const double max_frequency = std::numeric_limits<double>::max() / 2147483648.0;
         require<ConfigError>(std::isfinite(top_frequency) && top_frequency <= max_frequency, where,
                              "rope_theta ", rope_theta, " is too small: the rotary frequency theta^(-2i/d) reaches ",
                              top_frequency, ", so the angles pos * theta^(-2i/d) would overflow");
         require<ConfigError>(depth >= 0, where, "layer index must be >= 0, got ", depth);
+        validate_conventions(where);
         if (kind == AttentionKind::dint && dint_integral == DintIntegral::global_mean) {
             require<ConfigError>(!causal, where,
                                  "dint_integral global_mean sees the future and needs \"causal\": false "
@@ -262,8 +284,28 @@ private:
         switch (kind) {
             case AttentionKind::softmax: return ", d = hidden_size / num_attention_heads";
             case AttentionKind::diff_v2: return ", d = head_dim";
-            default: return ", d = hidden_size / num_attention_heads / 2";
+            default: return given_head_dim > 0 ? ", d = head_dim" : ", d = hidden_size / num_attention_heads / 2";
         }
+    }
+
+    void validate_conventions(const char* where) const {
+        const AttentionConventions& c = conventions;
+        require<ConfigError>(c.pair_norm_eps > 0 && std::isfinite(c.pair_norm_eps), where,
+                             "the per-pair norm eps must be > 0 and finite, got ", c.pair_norm_eps);
+        require<ConfigError>(c.head_pairing == HeadPairing::stripe || kind == AttentionKind::diff ||
+                                 kind == AttentionKind::dint,
+                             where, "the halves head pairing needs two maps per head sharing one value head "
+                             "(attention diff or dint), not ", to_string(kind));
+        const Llama3RopeScaling& l = c.rope_scaling;
+        require<ConfigError>(!l.enabled() || (std::isfinite(l.factor) && l.low_freq_factor > 0 &&
+                                              l.high_freq_factor > l.low_freq_factor &&
+                                              std::isfinite(l.high_freq_factor) &&
+                                              l.original_max_position_embeddings > 0 &&
+                                              std::isfinite(l.original_max_position_embeddings)),
+                             where, "llama3 rope scaling needs a finite factor > 0, 0 < low_freq_factor < "
+                             "high_freq_factor and original_max_position_embeddings > 0, got factor ", l.factor,
+                             ", low_freq_factor ", l.low_freq_factor, ", high_freq_factor ", l.high_freq_factor,
+                             ", original_max_position_embeddings ", l.original_max_position_embeddings);
     }
 };
 

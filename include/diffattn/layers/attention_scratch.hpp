@@ -37,7 +37,7 @@ struct AttentionScratch {
           k(max_len, config.k_width()),
           v(max_len, config.v_width()),
           heads(max_len, config.out_width()),
-          rotary(config.head_dim(), max_len, config.rope_theta),
+          rotary(config.rotary(), max_len),
           workspaces(static_cast<std::size_t>(detail::available_threads(requested_threads))),
           config_(config) {
         require<ShapeError>(max_len > 0, "AttentionScratch: max_len must be > 0, got ", max_len);
@@ -57,7 +57,7 @@ struct AttentionScratch {
     const AttentionConfig& config() const { return config_; }
 
     /// True when the buffers serve a module of `module`: the same q, k, v and output widths, map
-    /// and value widths, rope_theta (the rotary table), and the buffers of its kind: diff_v2's, and
+    /// and value widths, rotary settings (the table), and the buffers of its kind: diff_v2's, and
     /// shared_diff's factors when `factored` (a module that has not merged them). The one check of a
     /// scratch against a module, for MultiHeadAttention::forward and ForwardState::fits.
     bool fits(const AttentionConfig& module, bool factored) const {
@@ -65,7 +65,7 @@ struct AttentionScratch {
         return made.q_width() == module.q_width() && made.k_width() == module.k_width() &&
                made.v_width() == module.v_width() && made.out_width() == module.out_width() &&
                made.head_dim() == module.head_dim() && made.value_dim() == module.value_dim() &&
-               made.rope_theta == module.rope_theta &&
+               made.rotary() == module.rotary() &&
                (module.kind != AttentionKind::diff_v2 || made.kind == AttentionKind::diff_v2) &&
                (module.kind != AttentionKind::shared_diff || !factored ||
                 (made.kind == AttentionKind::shared_diff && made.shared_diff_rank == module.shared_diff_rank));

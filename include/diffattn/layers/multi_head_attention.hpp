@@ -4,7 +4,8 @@
 //
 // forward(x), as in the papers:
 //   Q, K, V = projections of x                     (dense, or Shared DIFF through its factors)
-//   Q, K    = interleaved rotary on every map      (positions from the first token, cache included)
+//   Q, K    = rotary on every map                  (interleaved or rotate_half; positions from the
+//                                                   first token, cache included)
 //   per head h (in parallel over heads):
 //     O_h = kernel(maps of head h)                 (the policy)
 //     O_h = (1 - lambda_init?) * subln(O_h)        (DIFF family; the factor for diff, shared_diff)
@@ -45,7 +46,8 @@ struct AttentionWeights {
     RowMatrix<T> out_proj;       ///< [D x out_width] `out_proj.weight` (diff_v2: `o_proj.weight`)
     RowMatrix<T> lambda_proj;    ///< diff_v2: [H x D] `lambda_proj.weight`
     DiffLambda<T> lambda;        ///< diff, dint, shared_diff: 4 x [d] `lambda_q1` ... `lambda_k2`
-    RmsNorm<T> subln;            ///< diff, dint, shared_diff: [2d] `subln.weight`, eps 1e-5
+    RmsNorm<T> subln;            ///< diff, dint, shared_diff: [2d] `subln.weight` (ones when PairNorm::plain),
+                                 ///< eps conventions.pair_norm_eps (1e-5 in our format)
     SharedDiffFactors<T> shared; ///< shared_diff: bases and low-rank factors
 };
 
@@ -67,7 +69,7 @@ public:
         w.out_proj = RowMatrix<T>::Zero(D, config_.out_width());
         if (config_.kind == AttentionKind::diff_v2) w.lambda_proj = RowMatrix<T>::Zero(config_.n_heads, D);
         if (config_.has_lambda()) w.lambda = DiffLambda<T>(d);
-        if (config_.has_subln()) w.subln = RmsNorm<T>(2 * d, kSublnEps);
+        if (config_.has_subln()) w.subln = RmsNorm<T>(2 * d, config_.conventions.pair_norm_eps);
     }
 
     const AttentionConfig& config() const { return config_; }
@@ -79,24 +81,48 @@ public:
     /// in the order of docs/math.md §3, each viewing its storage here. Handing out writable views drops a
     /// Shared DIFF merge (the factors may change).
     void collect_parameters(const std::string& prefix, ParameterList<T>& list) {
-        AttentionWeights<T>& w = weights_;
-        if (config_.kind == AttentionKind::shared_diff) {
-            unmerge();
-            w.shared.collect_parameters(prefix, list);
+        unmerge();
+        list_tensors(config_, prefix, list, &weights_);
+    }
+
+    /// The model-file tensors of a module of `config` under `prefix`, with their file shapes,
+    /// viewing the storage of `weights`, or as table entries only when `weights` is null (what a
+    /// checkpoint must hold, checked before anything is allocated). With HeadPairing::halves the
+    /// row blocks of q_proj, k_proj and v_proj (one map, or one value half, of d rows each) go to
+    /// the rows stored_head() gives, so that the stripe layout the kernels read holds DiffLlama's
+    /// pairs (docs/checkpoints.md, "DiffLlama").
+    static void list_tensors(const AttentionConfig& config, const std::string& prefix, ParameterList<T>& list,
+                             AttentionWeights<T>* weights) {
+        AttentionWeights<T>* w = weights;
+        const Index D = config.d_model, d = config.head_dim();
+        const HeadPairing pairing = config.conventions.head_pairing;
+        const auto projection = [&](const char* name, Index rows, RowMatrix<T>* m) {
+            std::vector<ParameterSlice<T>> slices;
+            if (m != nullptr && pairing == HeadPairing::stripe) slices.push_back(ParameterSlice<T>::of(*m));
+            for (Index block = 0, n = rows / d; m != nullptr && pairing != HeadPairing::stripe && block < n; ++block) {
+                slices.push_back(ParameterSlice<T>::block(*m, stored_head(pairing, block, n) * d, 0, d, D));
+            }
+            list.add(prefix + name, {rows, D}, std::move(slices));
+        };
+        if (config.kind == AttentionKind::shared_diff) {
+            SharedDiffFactors<T>::list_tensors(D, config.n_heads, d, config.shared_diff_rank, prefix, list,
+                                               w ? &w->shared : nullptr);
         } else {
-            list.add(prefix + "q_proj.weight", w.q_proj);
-            list.add(prefix + "k_proj.weight", w.k_proj);
+            projection("q_proj.weight", config.q_width(), w ? &w->q_proj : nullptr);
+            projection("k_proj.weight", config.k_width(), w ? &w->k_proj : nullptr);
         }
-        list.add(prefix + "v_proj.weight", w.v_proj);
-        list.add(prefix + config_.out_proj_name() + ".weight", w.out_proj);
-        if (config_.kind == AttentionKind::diff_v2) list.add(prefix + "lambda_proj.weight", w.lambda_proj);
-        if (config_.has_lambda()) {
-            list.add(prefix + "lambda_q1", w.lambda.q1);
-            list.add(prefix + "lambda_k1", w.lambda.k1);
-            list.add(prefix + "lambda_q2", w.lambda.q2);
-            list.add(prefix + "lambda_k2", w.lambda.k2);
+        projection("v_proj.weight", config.v_width(), w ? &w->v_proj : nullptr);
+        list.add(prefix + config.out_proj_name() + ".weight", D, config.out_width(), w ? &w->out_proj : nullptr);
+        if (config.kind == AttentionKind::diff_v2) {
+            list.add(prefix + "lambda_proj.weight", config.n_heads, D, w ? &w->lambda_proj : nullptr);
         }
-        if (config_.has_subln()) list.add(prefix + "subln.weight", w.subln.weight);
+        if (config.has_lambda()) {
+            list.add(prefix + "lambda_q1", d, w ? &w->lambda.q1 : nullptr);
+            list.add(prefix + "lambda_k1", d, w ? &w->lambda.k1 : nullptr);
+            list.add(prefix + "lambda_q2", d, w ? &w->lambda.q2 : nullptr);
+            list.add(prefix + "lambda_k2", d, w ? &w->lambda.k2 : nullptr);
+        }
+        if (config.has_subln_weight()) list.add(prefix + "subln.weight", 2 * d, w ? &w->subln.weight : nullptr);
     }
 
     /// Number of parameters (AttentionConfig::parameter_count; merged Shared DIFF weights are a
@@ -163,7 +189,8 @@ public:
         project_queries_and_keys(x, q, k, scratch, context);
         linear<T>(x, weights_.v_proj, v, context);
 
-        // 2. Rotary on every query and key map (docs/math.md §3.1); positions start at the cache length.
+        // 2. Rotary on every query and key map (docs/math.md §3.1, the family's style and frequencies);
+        //    positions start at the cache length.
         kv.rotary->apply(q, first_position);
         kv.rotary->apply(k, first_position);
 
@@ -231,10 +258,11 @@ private:
         require<ShapeError>(cache.length >= 0 && n <= cache.capacity() - cache.length, function,
                             ": the KV cache holds ", cache.length, " of at most ", cache.capacity(), " tokens; ", n,
                             " more do not fit");
-        require<ShapeError>(cache.rotary != nullptr && cache.rotary->head_dim() == config_.head_dim() &&
+        require<ShapeError>(cache.rotary != nullptr && cache.rotary->spec() == config_.rotary() &&
                                 cache.rotary->max_positions() >= cache.length + n,
                             function, ": the KV cache's rotary table does not cover positions [", cache.length, ", ",
-                            cache.length + n, ") of maps of width ", config_.head_dim());
+                            cache.length + n, ") of maps of width ", config_.head_dim(), " with this module's rotary "
+                            "settings (rope_theta, style, scaling)");
         require<OptionError>(config_.kind != AttentionKind::dint || cache.dint_histories != nullptr, function,
                              ": a dint module with a KV cache needs the per-head DintHistory of the cached rows");
     }

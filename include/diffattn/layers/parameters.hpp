@@ -1,16 +1,21 @@
-// Named parameter views: one list, three uses (loading, seeded initialisation, counting).
+// Named parameter views: one list, four uses (loading, seeded initialisation, counting, and the
+// tensor table a checkpoint is checked against before anything is allocated).
 //
-// Every module describes its tensors once, by model-file name and file shape, with views of the
-// storage the tensor goes to. The loader checks each file tensor against the shape and copies it
-// in; the seeded initialiser fills the same views; the parameter count is the sum of the shapes
-// (and is checked against the documented closed-form formulas).
+// Every module describes its tensors once, by model-file name and file shape, from its
+// configuration, with views of the storage the tensor goes to, or none (a table entry only: the
+// loader checks every name and shape of a checkpoint against it before it allocates the model).
+// The loader checks each file tensor against the shape and copies it in; the seeded initialiser
+// fills the same views; the parameter count is the sum of the shapes (and is checked against the
+// documented closed-form formulas).
 //
 // A tensor's storage may be split: a 3-D file tensor [H, rows, cols] (Shared DIFF's per-head
-// factors) goes to H slices of [rows x cols] that live inside wider compute-friendly matrices.
+// factors) goes to H slices of [rows x cols] that live inside wider compute-friendly matrices, and
+// the row blocks of a 2-D tensor may go to other rows (DiffLlama's halves pairing, stored_head()).
 #pragma once
 
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/io/safetensors_format.hpp"  // detail::ends_with
 
 #include <cmath>
 #include <cstdint>
@@ -47,7 +52,9 @@ template <typename T>
 struct Parameter {
     std::string name;                     ///< e.g. "model.layers.0.self_attn.q_proj.weight"
     std::vector<Index> shape;             ///< shape in the file, e.g. {out, in}, {d}, {H, D, r}
-    std::vector<ParameterSlice<T>> slices;///< 1 slice for 1-D / 2-D tensors, shape[0] slices for 3-D ones
+    std::vector<ParameterSlice<T>> slices;///< storage in file order: 1 slice for a plain 1-D / 2-D tensor,
+                                          ///< shape[0] for a 3-D one, one per row block when reordered;
+                                          ///< none in a tensor table (no storage yet)
 
     /// Number of scalars.
     Index size() const {
@@ -71,11 +78,26 @@ public:
     void add(std::string name, Vector<T>& v) {
         items_.push_back({std::move(name), {v.size()}, {ParameterSlice<T>::of(v)}});
     }
-    /// A 3-D tensor [slices.size(), rows, cols] whose slice i is stored in slices[i].
-    void add_stacked(std::string name, std::vector<ParameterSlice<T>> slices) {
-        require<ShapeError>(!slices.empty(), "ParameterList: stacked tensor ", name, " has no slices");
-        const Index rows = slices.front().rows, cols = slices.front().cols;
-        items_.push_back({std::move(name), {static_cast<Index>(slices.size()), rows, cols}, std::move(slices)});
+    /// A tensor of file shape `shape` stored in `slices`, which hold its elements in file order
+    /// (a 3-D [n, rows, cols] tensor: n slices [rows x cols]), or only named and shaped when
+    /// `slices` is empty (a tensor table).
+    void add(std::string name, std::vector<Index> shape, std::vector<ParameterSlice<T>> slices) {
+        Index stored = 0;
+        for (const ParameterSlice<T>& slice : slices) stored += slice.rows * slice.cols;
+        Item item{std::move(name), std::move(shape), std::move(slices)};
+        require<ShapeError>(item.slices.empty() || stored == item.size(), "ParameterList: tensor ", item.name,
+                            " has ", item.size(), " elements but its storage ", stored);
+        items_.push_back(std::move(item));
+    }
+    /// A 2-D tensor [rows, cols] in `m`, or a table entry when `m` is null.
+    void add(std::string name, Index rows, Index cols, RowMatrix<T>* m) {
+        add(std::move(name), {rows, cols}, m ? std::vector<ParameterSlice<T>>{ParameterSlice<T>::of(*m)}
+                                             : std::vector<ParameterSlice<T>>{});
+    }
+    /// A 1-D tensor [size] in `v`, or a table entry when `v` is null.
+    void add(std::string name, Index size, Vector<T>* v) {
+        add(std::move(name), {size}, v ? std::vector<ParameterSlice<T>>{ParameterSlice<T>::of(*v)}
+                                       : std::vector<ParameterSlice<T>>{});
     }
 
     const std::vector<Item>& items() const { return items_; }
@@ -115,12 +137,6 @@ public:
 private:
     std::uint64_t state_;
 };
-
-namespace detail {
-inline bool ends_with(const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-}  // namespace detail
 
 /// Seeded initialisation for demos and tests (not a training recipe):
 ///  - norm weights (`*norm.weight`, `*layernorm.weight`, `subln.weight`): 1 + 0.1 u

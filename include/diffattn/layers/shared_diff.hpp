@@ -91,23 +91,29 @@ struct SharedDiffFactors {
 
     /// The model-file tensors: q_base.weight, k_base.weight, then q1_a, q1_b, q2_a, q2_b, k1_a, ... .
     void collect_parameters(const std::string& prefix, ParameterList<T>& list) {
-        list.add(prefix + "q_base.weight", q_base);
-        list.add(prefix + "k_base.weight", k_base);
+        list_tensors(q_base.cols(), n_maps() / 2, head_dim(), rank(), prefix, list, this);
+    }
+
+    /// The same tensors for D = d_model, H heads, map width d, rank r, viewing the storage of
+    /// `factors`, or as table entries only when `factors` is null.
+    static void list_tensors(Index d_model, Index n_heads, Index d, Index r, const std::string& prefix,
+                             ParameterList<T>& list, SharedDiffFactors* factors) {
+        list.add(prefix + "q_base.weight", d, d_model, factors ? &factors->q_base : nullptr);
+        list.add(prefix + "k_base.weight", d, d_model, factors ? &factors->k_base : nullptr);
         const char* names[2] = {"q", "k"};
-        RowMatrix<T>* as[2] = {&q_a, &k_a};
-        RowMatrix<T>* bs[2] = {&q_b, &k_b};
-        const Index d = head_dim(), r = rank(), heads = n_maps() / 2;
         for (int which = 0; which < 2; ++which) {
+            RowMatrix<T>* a = factors ? (which == 0 ? &factors->q_a : &factors->k_a) : nullptr;
+            RowMatrix<T>* b = factors ? (which == 0 ? &factors->q_b : &factors->k_b) : nullptr;
             for (Index m = 0; m < 2; ++m) {
                 std::vector<ParameterSlice<T>> a_slices, b_slices;
-                for (Index h = 0; h < heads; ++h) {
+                for (Index h = 0; h < n_heads && factors; ++h) {
                     const Index t = 2 * h + m;
-                    a_slices.push_back(ParameterSlice<T>::block(*as[which], 0, t * r, as[which]->rows(), r));
-                    b_slices.push_back(ParameterSlice<T>::block(*bs[which], t * d, 0, d, r));
+                    a_slices.push_back(ParameterSlice<T>::block(*a, 0, t * r, d_model, r));
+                    b_slices.push_back(ParameterSlice<T>::block(*b, t * d, 0, d, r));
                 }
                 const std::string stem = prefix + names[which] + std::to_string(m + 1);  // "q1", "q2", "k1", "k2"
-                list.add_stacked(stem + "_a", std::move(a_slices));
-                list.add_stacked(stem + "_b", std::move(b_slices));
+                list.add(stem + "_a", {n_heads, d_model, r}, std::move(a_slices));
+                list.add(stem + "_b", {n_heads, d, r}, std::move(b_slices));
             }
         }
     }

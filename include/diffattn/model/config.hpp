@@ -3,6 +3,11 @@
 // A plain struct in the llama.cpp hparams style: fields are what the file says, accessors derive
 // everything else. Defaults are docs/math.md §5's; the keys docs/math.md §5 gives no default for are required by
 // the JSON reader (model/config_json.hpp) and zero here, which validate() rejects.
+//
+// A released DiffLlama or Motif checkpoint (model/checkpoint_config.hpp, docs/checkpoints.md) is
+// the same struct: attention diff, a pair of its query heads per head (num_attention_heads and
+// num_key_value_heads are half the config.json values), head_dim its map width, and its
+// conventions as data (`conventions`, `mlp_activation`); the defaults are our own format's.
 #pragma once
 
 #include "diffattn/core/error.hpp"
@@ -31,8 +36,11 @@ struct ModelConfig {
     DintIntegral dint_integral = DintIntegral::causal_softmax; ///< `dint_integral` (dint only; default causal_softmax)
     Index shared_diff_rank = 0;                                ///< `shared_diff_rank`: r (required for shared_diff)
     DiffGqaPairing diff_gqa_pairing = DiffGqaPairing::per_head;///< `diff_gqa_pairing` (diff, dint with GQA; default per_head)
-    Index head_dim = 0;                                        ///< `head_dim`: d of diff_v2 (required for diff_v2, ignored otherwise)
+    Index head_dim = 0;                                        ///< `head_dim`: d of diff_v2 (required for diff_v2, ignored otherwise);
+                                                               ///< the map width hd of a released checkpoint
     bool causal = true;                                        ///< `causal`: false makes a bidirectional encoder stack (default true)
+    AttentionConventions conventions;                          ///< the family's attention conventions (defaults: ours)
+    MlpActivation mlp_activation = MlpActivation::silu;        ///< the gate activation: silu (SwiGLU) or Motif's poly_norm
 
     /// Most tokens of one sequence (a ForwardState's or a KvCache's max_len): positions stay below
     /// 2^31, the range over which AttentionConfig::validate keeps every rotary angle finite.
@@ -49,20 +57,23 @@ struct ModelConfig {
         c.d_model = hidden_size;
         c.n_heads = num_attention_heads;
         c.n_kv_heads = kv_heads();
-        c.v2_head_dim = head_dim;
+        // Our format reads head_dim for diff_v2 only; a released checkpoint's is its map width.
+        const bool given = attention == AttentionKind::diff_v2 || conventions.family != CheckpointFamily::diffattn;
+        c.given_head_dim = given ? head_dim : 0;
         c.shared_diff_rank = shared_diff_rank;
         c.gqa_pairing = diff_gqa_pairing;
         c.dint_integral = dint_integral;
         c.causal = causal;
         c.rope_theta = rope_theta;
         c.depth = layer;
+        c.conventions = conventions;
         return c;
     }
 
-    /// Parameters of one decoder layer: attention + 2 RMSNorm weights [D] + SwiGLU 3 D F.
+    /// Parameters of one decoder layer: attention + 2 RMSNorm weights [D] + SwiGLU 3 D F (+ 4 for PolyNorm).
     Index layer_parameter_count() const {
         return attention_config().parameter_count() + 2 * RmsNorm<double>::parameter_count(hidden_size) +
-               SwiGlu<double>::parameter_count(hidden_size, intermediate_size);
+               SwiGlu<double>::parameter_count(hidden_size, intermediate_size, mlp_activation);
     }
     /// Parameters of the model: V D (embedding) + L layer + D (final norm) + V D (lm_head, 0 if tied).
     Index parameter_count() const {
@@ -118,6 +129,24 @@ inline std::ostream& operator<<(std::ostream& out, const ModelConfig& c) {
         out << "  diff_gqa_pairing     = " << to_string(c.diff_gqa_pairing) << "\n";
     if (c.attention == AttentionKind::shared_diff) out << "  shared_diff_rank     = " << c.shared_diff_rank << "\n";
     if (c.attention == AttentionKind::diff_v2) out << "  head_dim             = " << c.head_dim << "\n";
+    const AttentionConventions& v = c.conventions;
+    if (v.family != CheckpointFamily::diffattn) {
+        out << "  checkpoint family    = " << to_string(v.family) << " (a pair of its " << 2 * c.num_attention_heads
+            << " query heads per head, " << 2 * c.kv_heads() << " kv heads)\n"
+            << "  head_dim             = " << c.head_dim << "\n"
+            << "  rotary               = " << to_string(v.rotary_style);
+        if (v.rope_scaling.enabled()) {
+            out << ", llama3 scaling (factor " << v.rope_scaling.factor << ", low_freq_factor "
+                << v.rope_scaling.low_freq_factor << ", high_freq_factor " << v.rope_scaling.high_freq_factor
+                << ", original_max_position_embeddings " << v.rope_scaling.original_max_position_embeddings << ")";
+        }
+        out << "\n"
+            << "  head pairing         = " << to_string(v.head_pairing) << "\n"
+            << "  per-pair norm        = " << to_string(v.pair_norm) << ", eps " << v.pair_norm_eps << "\n"
+            << "  lambda_init depth    = layer " << (v.lambda_depth_offset < 0 ? "- " : "+ ")
+            << (v.lambda_depth_offset < 0 ? -v.lambda_depth_offset : v.lambda_depth_offset) << "\n"
+            << "  mlp activation       = " << to_string(c.mlp_activation) << "\n";
+    }
     out << "  (query/key map width d = " << c.attention_config().head_dim() << ")\n";
     return out;
 }

@@ -1,6 +1,6 @@
 // Pre-norm decoder layer (docs/math.md §4):
 //   Y  = X + Attn(RMSNorm_in(X))
-//   X' = Y + SwiGLU(RMSNorm_post(Y))
+//   X' = Y + SwiGLU(RMSNorm_post(Y))          (Motif: the PolyNorm-gated MLP, layers/swiglu.hpp)
 // With "causal": false the same layer is a bidirectional encoder layer (attention mask none).
 #pragma once
 
@@ -43,22 +43,26 @@ struct DecoderLayer {
     MultiHeadAttention<T> self_attn;      ///< `self_attn.*` (docs/math.md §3)
     RmsNorm<T> post_attention_layernorm;  ///< [D]  `post_attention_layernorm.weight`
     SwiGlu<T> mlp;                        ///< `mlp.gate_proj`, `mlp.up_proj` [F x D], `mlp.down_proj` [D x F]
+                                          ///< (+ `mlp.act_fn.*` with PolyNorm)
 
     /// Layer `index` of a model (the index is the depth of lambda_init). Zero projections.
     DecoderLayer(const ModelConfig& config, Index index)
         : input_layernorm(config.hidden_size, config.rms_norm_eps),
           self_attn(config.attention_config(index)),
           post_attention_layernorm(config.hidden_size, config.rms_norm_eps),
-          mlp(config.hidden_size, config.intermediate_size) {}
+          mlp(config.hidden_size, config.intermediate_size, config.mlp_activation) {}
 
     /// The layer's tensors under `prefix` ("model.layers.<i>."), in model-file order.
     void collect_parameters(const std::string& prefix, ParameterList<T>& list) {
-        list.add(prefix + "input_layernorm.weight", input_layernorm.weight);
-        self_attn.collect_parameters(prefix + "self_attn.", list);
-        list.add(prefix + "post_attention_layernorm.weight", post_attention_layernorm.weight);
-        list.add(prefix + "mlp.gate_proj.weight", mlp.gate_proj);
-        list.add(prefix + "mlp.up_proj.weight", mlp.up_proj);
-        list.add(prefix + "mlp.down_proj.weight", mlp.down_proj);
+        self_attn.unmerge();  // writable views of the Shared DIFF factors drop the merge
+        list_tensors(input_layernorm.features(), self_attn.config(), mlp.d_ff(), mlp.activation, prefix, list, this);
+    }
+
+    /// The tensors of layer `index` of a model of `config` under `prefix`, as table entries only
+    /// (no storage): what a checkpoint must hold, checked before anything is allocated.
+    static void list_tensors(const ModelConfig& config, Index index, const std::string& prefix, ParameterList<T>& list) {
+        list_tensors(config.hidden_size, config.attention_config(index), config.intermediate_size,
+                     config.mlp_activation, prefix, list, nullptr);
     }
 
     /// x [N x D], the residual stream, updated in place; scratch sized for >= N tokens; attention
@@ -76,6 +80,17 @@ struct DecoderLayer {
         post_attention_layernorm(x, normed);                                   // RMSNorm_post(Y)
         mlp(normed, branch, scratch.mlp, context);                             // SwiGLU(RMSNorm_post(Y))
         x += branch;                                                           // X' = Y + SwiGLU(...)
+    }
+
+private:
+    static void list_tensors(Index d_model, const AttentionConfig& attention, Index d_ff, MlpActivation activation,
+                             const std::string& prefix, ParameterList<T>& list, DecoderLayer* layer) {
+        list.add(prefix + "input_layernorm.weight", d_model, layer ? &layer->input_layernorm.weight : nullptr);
+        MultiHeadAttention<T>::list_tensors(attention, prefix + "self_attn.", list,
+                                            layer ? &layer->self_attn.weights() : nullptr);
+        list.add(prefix + "post_attention_layernorm.weight", d_model,
+                 layer ? &layer->post_attention_layernorm.weight : nullptr);
+        SwiGlu<T>::list_tensors(d_model, d_ff, activation, prefix + "mlp.", list, layer ? &layer->mlp : nullptr);
     }
 };
 

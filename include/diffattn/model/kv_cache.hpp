@@ -60,7 +60,7 @@ public:
                 }
             }
         }
-        rotary_ = RotaryTable<T>(attention.head_dim(), max_len, config_.rope_theta);
+        rotary_ = RotaryTable<T>(attention.rotary(), max_len);
     }
 
     /// The configuration the cache was made for.
@@ -143,12 +143,12 @@ public:
     }
 
     /// True when a model of `config` can use this cache: the same layers, attention kind and
-    /// geometry, DINT integral and rope_theta.
+    /// geometry, DINT integral and rotary settings (rope_theta, style, scaling).
     bool compatible(const ModelConfig& config) const {
         const AttentionConfig a = config_.attention_config(), b = config.attention_config();
         return config.attention == config_.attention && config.num_hidden_layers == config_.num_hidden_layers &&
                a.n_heads == b.n_heads && a.head_dim() == b.head_dim() && a.k_width() == b.k_width() &&
-               a.v_width() == b.v_width() && config.rope_theta == config_.rope_theta &&
+               a.v_width() == b.v_width() && a.rotary() == b.rotary() &&
                config.causal == config_.causal &&
                (config.attention != AttentionKind::dint || config.dint_integral == config_.dint_integral);
     }
