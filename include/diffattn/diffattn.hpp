@@ -31,18 +31,24 @@
 #include "diffattn/kernels/tiling.hpp"
 
 // io: checkpoint files
+#include "diffattn/io/json_file.hpp"
+#include "diffattn/io/mapped_file.hpp"
 #include "diffattn/io/safetensors.hpp"
+#include "diffattn/io/safetensors_checkpoint.hpp"
 
 // layers: RMSNorm, SwiGLU, rotary, lambda, multi-head attention modules (docs/math.md §3-4)
 #include "diffattn/layers/attention_config.hpp"
+#include "diffattn/layers/attention_conventions.hpp"
 #include "diffattn/layers/attention_heads.hpp"
 #include "diffattn/layers/attention_scratch.hpp"
+#include "diffattn/layers/checkpoint_family.hpp"
 #include "diffattn/layers/head_parallel.hpp"
 #include "diffattn/layers/kv_cache_view.hpp"
 #include "diffattn/layers/lambda.hpp"
 #include "diffattn/layers/linear.hpp"
 #include "diffattn/layers/multi_head_attention.hpp"
 #include "diffattn/layers/parameters.hpp"
+#include "diffattn/layers/poly_norm.hpp"
 #include "diffattn/layers/rms_norm.hpp"
 #include "diffattn/layers/rotary.hpp"
 #include "diffattn/layers/shared_diff.hpp"
@@ -50,12 +56,13 @@
 
 // model: config, decoder layer, decoder model (docs/math.md §4-5), model-file tensors, KV cache, logit
 // ranking and greedy generation (docs/math.md §6)
+#include "diffattn/model/checkpoint_config.hpp"
 #include "diffattn/model/config.hpp"
 #include "diffattn/model/config_json.hpp"
 #include "diffattn/model/decoder_layer.hpp"
 #include "diffattn/model/decoder_model.hpp"
 #include "diffattn/model/forward_state.hpp"
 #include "diffattn/model/generate.hpp"
+#include "diffattn/model/generation_config.hpp"
 #include "diffattn/model/kv_cache.hpp"
 #include "diffattn/model/logit_ranking.hpp"
-#include "diffattn/model/model_tensors.hpp"

@@ -191,8 +191,8 @@ TEST_CASE("load checks every tensor name and shape before allocating the model",
 }
 
 TEST_CASE("the tensors listed from a config are those of parameters()", "[model][files][parameters]") {
-    // for_each_model_tensor (what load() checks before allocating) and DecoderModel::parameters()
-    // (what load_weights() fills) describe the same file: same names, shapes and order.
+    // DecoderModel::tensor_table (what load() checks before allocating, no storage) and
+    // parameters() (what load_weights() fills) describe the same file: same names, shapes, order.
     for (AttentionKind kind : {AttentionKind::softmax, AttentionKind::diff, AttentionKind::dint,
                                AttentionKind::shared_diff, AttentionKind::diff_v2}) {
         for (bool tied : {false, true}) {
@@ -200,9 +200,7 @@ TEST_CASE("the tensors listed from a config are those of parameters()", "[model]
             config.tie_word_embeddings = tied;
             INFO(to_string(kind) << (tied ? " tied" : ""));
             std::vector<std::pair<std::string, std::vector<Index>>> listed, bound;
-            for_each_model_tensor(config, [&](const std::string& name, const std::vector<Index>& shape) {
-                listed.emplace_back(name, shape);
-            });
+            for (const Parameter<float>& p : DecoderModel<float>::tensor_table(config)) listed.emplace_back(p.name, p.shape);
             DecoderModel<float> model(config);
             for (const Parameter<float>& p : model.parameters()) bound.emplace_back(p.name, p.shape);
             CHECK(listed == bound);

@@ -13,15 +13,16 @@
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/io/safetensors.hpp"
+#include "diffattn/io/safetensors_checkpoint.hpp"
 #include "diffattn/layers/linear.hpp"
 #include "diffattn/layers/parameters.hpp"
 #include "diffattn/layers/rms_norm.hpp"
+#include "diffattn/model/checkpoint_config.hpp"
 #include "diffattn/model/config.hpp"
 #include "diffattn/model/config_json.hpp"
 #include "diffattn/model/decoder_layer.hpp"
 #include "diffattn/model/forward_state.hpp"
 #include "diffattn/model/kv_cache.hpp"
-#include "diffattn/model/model_tensors.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -52,32 +53,57 @@ public:
         if (!config_.tie_word_embeddings) lm_head = RowMatrix<T>::Zero(config_.vocab_size, config_.hidden_size);
     }
 
-    /// Loads `dir`/config.json and `dir`/model.safetensors (docs/math.md §5). Every tensor the model needs
-    /// must be present with exactly its shape, and no other tensor may be there; F32, F16, BF16 and
-    /// F64 are converted to T. Throws ConfigError (config.json, naming the key) or FileError (naming
-    /// the file and the tensor). Unknown config keys go to `warnings` (may be null).
+    /// Loads a model directory: config.json of our own format (docs/math.md §5) or of a released DiffLlama
+    /// or Motif checkpoint (docs/checkpoints.md, model/checkpoint_config.hpp), and the weights as
+    /// the Hub ships them: model.safetensors, or model.safetensors.index.json and its shards
+    /// (io/safetensors_checkpoint.hpp), memory-mapped. Every tensor the model needs must be present
+    /// with exactly its shape, and no other tensor may be there (a family's ignored buffers aside);
+    /// F32, F16, BF16 and F64 are converted to T. Throws ConfigError (config.json, naming the key)
+    /// or FileError (naming the file and the tensor). Unknown config keys go to `warnings` (may be null).
     ///
-    /// Memory: the model is allocated only after model.safetensors is validated, found to hold at
-    /// least half of the parameters config.json describes, and its header found to list exactly
-    /// the tensors of that model with their shapes (check_model_tensors); until then load() holds
-    /// the file and its header, never a weight.
+    /// Memory: every file is validated and every name and shape checked against config.json
+    /// before the model is allocated (a config.json describing far more parameters than the files
+    /// hold is refused first, naming both), so a refused directory allocates nothing; the
+    /// tensors are then converted one by one from the mapping, each one's pages handed back, so
+    /// loading takes the model's size in T plus about one tensor (docs/benchmarks.md).
     static DecoderModel load(const std::filesystem::path& dir, std::vector<std::string>* warnings = nullptr) {
         require_directory(dir);
         const std::filesystem::path config_path = dir / "config.json";
-        const ModelConfig config = read_model_config(config_path, warnings);
-        const SafetensorsFile file(dir / "model.safetensors");
-        std::uint64_t in_file = 0;  // elements of all tensors: <= file size / 2, cannot overflow
-        for (const auto& entry : file.tensors()) in_file += static_cast<std::uint64_t>(entry.second.num_elements);
+        const ModelConfig config = read_checkpoint_config(config_path, warnings);
+        const SafetensorsCheckpoint files(dir);
+        check_checkpoint(config, config_path, files);
+        DecoderModel model(config);
+        model.read_parameters(files);
+        return model;
+    }
+
+    /// Checks `files` against a model of `config` without allocating it: they must hold at least
+    /// half of its parameters (else FileError "... do not belong together"), then every tensor of
+    /// tensor_table(config) with exactly its shape and nothing else (tensors ending in the family's
+    /// ignored suffix aside). FileError naming the file and the tensor.
+    static void check_checkpoint(const ModelConfig& config, const std::filesystem::path& config_path,
+                                 const SafetensorsCheckpoint& files) {
+        const char* ignored = tensor_names(config.conventions.family).ignored_suffix;
+        std::uint64_t in_files = 0;  // elements of all tensors: <= the files' size / 2, cannot overflow
+        for (const SafetensorsFile& file : files.files()) {
+            for (const auto& entry : file.tensors()) {
+                if (!detail::ends_with(entry.first, ignored)) {
+                    in_files += static_cast<std::uint64_t>(entry.second.num_elements);
+                }
+            }
+        }
         const auto needed = static_cast<std::uint64_t>(config.parameter_count());  // validated: fits
-        require<FileError>(needed <= 2 * in_file + 65536, "DecoderModel::load: config.json \"", config_path.string(),
-                           "\" describes a model of ", needed, " parameters but safetensors file \"", file.path(),
-                           "\" holds ", in_file, " in ", file.tensor_count(),
+        require<FileError>(needed <= 2 * in_files + 65536, "DecoderModel::load: config.json \"", config_path.string(),
+                           "\" describes a model of ", needed, " parameters but ", files.description(), " holds ",
+                           in_files, " in ", files.tensor_count(),
                            " tensors: most of the model is missing, so the two files do not belong together "
                            "(nothing was allocated)");
-        check_model_tensors(file, config);  // every name and shape, from the header: before any weight
-        DecoderModel model(config);
-        model.load_weights(file);
-        return model;
+        std::set<std::string> expected;
+        for (const Parameter<T>& p : tensor_table(config)) {
+            files.require_tensor(p.name, p.shape);
+            expected.insert(p.name);
+        }
+        files.check_no_unexpected(expected, ignored);
     }
 
     /// A model with seeded weights (init_parameters_uniform): the same numbers on every platform.
@@ -105,30 +131,27 @@ public:
         return list;
     }
 
+    /// The tensors a model of `config` reads, with their file shapes and no storage (nothing is
+    /// allocated): the same names and shapes as parameters() of such a model. Validates `config`.
+    static ParameterList<T> tensor_table(const ModelConfig& config) {
+        config.validate();
+        const Index V = config.vocab_size, D = config.hidden_size;
+        ParameterList<T> list;
+        list.add("model.embed_tokens.weight", V, D, nullptr);
+        for (Index i = 0; i < config.num_hidden_layers; ++i) {
+            DecoderLayer<T>::list_tensors(config, i, "model.layers." + std::to_string(i) + ".", list);
+        }
+        list.add("model.norm.weight", D, nullptr);
+        if (!config.tie_word_embeddings) list.add("lm_head.weight", V, D, nullptr);
+        return list;
+    }
+
     /// Reads the weights from a safetensors file: exactly the tensors of parameters(), shapes checked.
     void load_weights(const std::filesystem::path& file_path) { load_weights(SafetensorsFile(file_path)); }
 
     /// The same from a safetensors file already opened (and validated).
     void load_weights(const SafetensorsFile& file) {
-        ParameterList<T> list = parameters();
-        std::set<std::string> expected;
-        std::vector<T> staging;  // for tensors split over several slices (Shared DIFF factors)
-        for (Parameter<T>& p : list) {
-            expected.insert(p.name);
-            const ParameterSlice<T>& first = p.slices.front();
-            if (p.slices.size() == 1 && first.outer_stride == first.cols) {
-                file.read_into<T>(p.name, p.shape, first.data);
-                continue;
-            }
-            staging.resize(static_cast<std::size_t>(p.size()));
-            file.read_into<T>(p.name, p.shape, staging.data());
-            const T* source = staging.data();
-            for (const ParameterSlice<T>& slice : p.slices) {
-                slice.map() = ConstRowMatrixMap<T>(source, slice.rows, slice.cols);
-                source += slice.rows * slice.cols;
-            }
-        }
-        file.check_no_unexpected(expected);
+        file.check_no_unexpected(read_parameters(file));
     }
 
     /// Shared DIFF: precompute the merged per-map projections of every layer (forward() then uses
@@ -221,6 +244,33 @@ private:
                            error.message());
         require<FileError>(status.type() == std::filesystem::file_type::directory, "model directory \"", dir.string(),
                            "\" does not exist or is not a directory");
+    }
+
+    /// Converts every tensor of parameters() from `source` (a SafetensorsFile or a
+    /// SafetensorsCheckpoint: read_into checks the name and the shape) into its storage, one at a
+    /// time; tensors split over several slices (Shared DIFF factors, halves-paired projections)
+    /// go through one staging buffer of the largest such tensor. Returns the names read.
+    template <typename Source>
+    std::set<std::string> read_parameters(const Source& source) {
+        ParameterList<T> list = parameters();
+        std::set<std::string> expected;
+        std::vector<T> staging;
+        for (Parameter<T>& p : list) {
+            expected.insert(p.name);
+            const ParameterSlice<T>& first = p.slices.front();
+            if (p.slices.size() == 1 && first.outer_stride == first.cols) {
+                source.template read_into<T>(p.name, p.shape, first.data);
+                continue;
+            }
+            staging.resize(static_cast<std::size_t>(p.size()));
+            source.template read_into<T>(p.name, p.shape, staging.data());
+            const T* from = staging.data();
+            for (const ParameterSlice<T>& slice : p.slices) {
+                slice.map() = ConstRowMatrixMap<T>(from, slice.rows, slice.cols);
+                from += slice.rows * slice.cols;
+            }
+        }
+        return expected;
     }
 
     static const ModelConfig& validated(const ModelConfig& config) {

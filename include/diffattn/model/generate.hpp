@@ -59,20 +59,26 @@ void check_generate(const DecoderModel<T>& model, Index prompt_len, Index count,
     }
 }
 
-/// Greedy continuation of `prompt` (at least one token) by `count` tokens; returns the `count`
-/// new ids. use_cache: prefill + one decode call per token through a KvCache of prompt + count - 1
-/// tokens; otherwise a full forward over the whole sequence at every step. Attention heads run
-/// on `threads` threads. Throws what check_generate throws (before allocating), and ShapeError
-/// for a bad token id.
+/// Greedy continuation of `prompt` (at least one token) by `count` tokens; returns the new ids:
+/// `count` of them, or fewer when a token of `stop_tokens` (a checkpoint's end-of-sequence ids,
+/// model/generation_config.hpp) is emitted, which is the last one returned. use_cache: prefill +
+/// one decode call per token through a KvCache of prompt + count - 1 tokens; otherwise a full
+/// forward over the whole sequence at every step. Attention heads run on `threads` threads.
+/// Throws what check_generate throws (before allocating), and ShapeError for a bad token id.
 template <typename T>
 std::vector<Token> generate(const DecoderModel<T>& model, const std::vector<Token>& prompt, Index count,
-                            bool use_cache = true, int threads = 1) {
+                            bool use_cache = true, int threads = 1, const std::vector<Token>& stop_tokens = {}) {
     const Index prompt_len = static_cast<Index>(prompt.size());
     check_generate(model, prompt_len, count, use_cache);
     std::vector<Token> generated;
     if (count == 0) return generated;
     generated.reserve(static_cast<std::size_t>(count));
     const Index total = prompt_len + count - 1;  // the last new token is never fed back
+    // True once `count` tokens are out or the last one is a stop token.
+    const auto done = [&] {
+        return static_cast<Index>(generated.size()) == count ||
+               std::find(stop_tokens.begin(), stop_tokens.end(), generated.back()) != stop_tokens.end();
+    };
 
     if (use_cache) {
         KvCache<T> cache = model.make_cache(total);
@@ -80,7 +86,7 @@ std::vector<Token> generate(const DecoderModel<T>& model, const std::vector<Toke
         const ConstMatrixRef<T> prefill = model.forward(prompt, state, &cache);  // [prompt x V]
         std::vector<Token> next{argmax_token(prefill.row(prompt_len - 1))};
         generated.push_back(next.front());
-        while (static_cast<Index>(generated.size()) < count) {
+        while (!done()) {
             const ConstMatrixRef<T> decode = model.forward(next, state, &cache);  // [1 x V]
             next.front() = argmax_token(decode.row(0));
             generated.push_back(next.front());
@@ -94,7 +100,7 @@ std::vector<Token> generate(const DecoderModel<T>& model, const std::vector<Toke
     while (true) {
         const ConstMatrixRef<T> logits = model.forward(sequence, state);  // full recompute: [sequence x V]
         generated.push_back(argmax_token(logits.row(logits.rows() - 1)));
-        if (static_cast<Index>(generated.size()) == count) return generated;
+        if (done()) return generated;
         sequence.push_back(generated.back());
     }
 }
