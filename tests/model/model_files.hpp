@@ -119,19 +119,32 @@ inline std::vector<Index> ranking_by_sort(const Vector<float>& logits) {
     return ids;
 }
 
-/// Every model directory under tests/data/models that has golden logits, sorted.
-inline std::vector<std::filesystem::path> golden_model_dirs() {
+/// The directories under tests/data/`root` that hold `file` (any directory when `file` is empty), sorted.
+inline std::vector<std::filesystem::path> test_data_dirs(const char* root, const char* file) {
     std::vector<std::filesystem::path> dirs;
-    const std::filesystem::path root = std::filesystem::path(DIFFATTN_TEST_DATA_DIR) / "models";
-    if (!std::filesystem::is_directory(root)) return dirs;
-    for (const auto& entry : std::filesystem::directory_iterator(root)) {
-        if (entry.is_directory() && std::filesystem::exists(entry.path() / "golden.safetensors")) {
+    const std::filesystem::path top = std::filesystem::path(DIFFATTN_TEST_DATA_DIR) / root;
+    if (!std::filesystem::is_directory(top)) return dirs;
+    for (const auto& entry : std::filesystem::directory_iterator(top)) {
+        if (entry.is_directory() && (*file == '\0' || std::filesystem::exists(entry.path() / file))) {
             dirs.push_back(entry.path());
         }
     }
     std::sort(dirs.begin(), dirs.end());
     return dirs;
 }
+
+/// Every model directory under tests/data/models that has golden logits, sorted.
+inline std::vector<std::filesystem::path> golden_model_dirs() { return test_data_dirs("models", "golden.safetensors"); }
+
+/// The released-checkpoint directories (DiffLlama, Motif) under tests/data/checkpoints with golden
+/// logits, sorted (docs/checkpoints.md).
+inline std::vector<std::filesystem::path> checkpoint_golden_dirs() {
+    return test_data_dirs("checkpoints", "golden.safetensors");
+}
+
+/// The checkpoint directories a reader must refuse (tests/data/checkpoints/refused, its README),
+/// control_valid included, sorted.
+inline std::vector<std::filesystem::path> refused_checkpoint_dirs() { return test_data_dirs("checkpoints/refused", ""); }
 
 }  // namespace model_test
 

@@ -2,13 +2,9 @@
 // the independent PyTorch transcription tools/torch_reference.py), in double and in float, the
 // way llm.c's test_gpt2 checks against its PyTorch dump: print the largest difference per model.
 //
-// Tolerances, relative to the logit magnitude m = max(1, max |golden logit|):
-//   double: 1e-9 m   (the double forward agrees to ~1e-15; anything near 1e-9 is a real bug)
-//   float:  64 eps_float m = 7.6e-6 m. A float forward of these models chains two layers of ~10
-//           operations (norms, projections of width <= 43, softmax, subln, SwiGLU) plus the final
-//           norm and lm_head, each adding a few eps relative to the O(1) residual stream; the
-//           largest error seen is ~8 eps m, so 64 eps m leaves room for other compilers and SIMD
-//           widths while any formula error (>= 1e-3) still fails.
+// Tolerances: model_test::golden_tolerance (golden_files.hpp): 1e-9 m in double, 64 eps_float m in
+// float, m = max(1, max |golden logit|).
+#include "golden_files.hpp"
 #include "model_files.hpp"
 
 #include "diffattn/io/safetensors.hpp"
@@ -26,29 +22,8 @@
 using namespace diffattn;
 using model_test::golden_model_dirs;
 
-namespace {
-
-struct Golden {
-    std::vector<Token> tokens;
-    RowMatrix<double> logits;  // [T x V]
-};
-
-Golden read_golden(const std::filesystem::path& dir) {
-    const SafetensorsFile file(dir / "golden.safetensors");
-    const Vector<double> tokens = file.vector<double>("tokens");  // integer ids stored as F64
-    Golden golden;
-    for (Index i = 0; i < tokens.size(); ++i) golden.tokens.push_back(static_cast<Token>(tokens(i)));
-    golden.logits = file.matrix<double>("logits");
-    return golden;
-}
-
-template <typename T>
-double tolerance(double magnitude) {
-    return (std::is_same_v<T, double> ? 1e-9 : 64 * static_cast<double>(std::numeric_limits<float>::epsilon())) *
-           magnitude;
-}
-
-}  // namespace
+using model_test::Golden;
+using model_test::read_golden;
 
 TEST_CASE("golden model directories are present", "[model][golden]") {
     CHECK(golden_model_dirs().size() >= 1);
@@ -71,8 +46,8 @@ TEMPLATE_TEST_CASE("model logits match the golden files", "[model][golden]", dou
         const double max_diff = (logits.template cast<double>() - golden.logits).cwiseAbs().maxCoeff();
         std::printf("golden %-26s %-6s T=%3d max|logit| %.4f  max diff %.3e  (tolerance %.1e)\n", name.c_str(),
                     std::is_same_v<T, double> ? "double" : "float", static_cast<int>(golden.tokens.size()),
-                    golden.logits.cwiseAbs().maxCoeff(), max_diff, tolerance<T>(magnitude));
-        CHECK(max_diff <= tolerance<T>(magnitude));
+                    golden.logits.cwiseAbs().maxCoeff(), max_diff, model_test::golden_tolerance<T>(magnitude));
+        CHECK(max_diff <= model_test::golden_tolerance<T>(magnitude));
 
         // The documented parameter count equals the number of scalars in model.safetensors.
         const SafetensorsFile weights(dir / "model.safetensors");

@@ -13,6 +13,7 @@
 //           path with a real error (a wrong position, a missed history row) is off by >= 1e-3.
 //   golden: cached logits against the PyTorch golden files with test_golden_models' tolerances
 //           (double 1e-9 m, float 64 eps_float m).
+#include "golden_files.hpp"
 #include "model_files.hpp"
 
 #include "diffattn/io/safetensors.hpp"
@@ -30,12 +31,16 @@
 #include <vector>
 
 using namespace diffattn;
+using model_test::cached_logits;
 using model_test::golden_model_dirs;
+using model_test::kEpsFloat;
+using model_test::magnitude;
+using model_test::max_abs_diff;
+using model_test::Schedule;
+using model_test::schedules;
 using diffattn::test::small_config;
 
 namespace {
-
-constexpr double kEpsFloat = std::numeric_limits<float>::epsilon();
 
 struct NamedConfig {
     std::string name;
@@ -85,53 +90,6 @@ std::vector<Token> test_tokens(Index n, Index vocab) {
     return tokens;
 }
 
-/// How a sequence of `total` tokens is cut into calls.
-struct Schedule {
-    const char* name;
-    std::vector<Index> chunks;
-};
-
-std::vector<Schedule> schedules(Index total) {
-    Schedule tokens{"token by token", std::vector<Index>(static_cast<std::size_t>(total), 1)};
-    Schedule threes{"chunks of 3", {}};
-    for (Index done = 0; done < total; done += 3) threes.chunks.push_back(std::min<Index>(3, total - done));
-    Schedule prefill{"prefill + tokens", {total - total / 3}};
-    for (Index i = 0; i < total / 3; ++i) prefill.chunks.push_back(1);
-    return {{"whole", {total}}, tokens, threes, prefill};
-}
-
-/// Logits [T x V] of `tokens` fed through `cache` in calls of `chunks` tokens (one state sized for
-/// the largest call).
-template <typename T>
-RowMatrix<T> cached_logits(const DecoderModel<T>& model, const std::vector<Token>& tokens,
-                           const std::vector<Index>& chunks, KvCache<T>& cache, int threads = 1) {
-    const Index largest = *std::max_element(chunks.begin(), chunks.end());
-    ForwardState<T> state = model.make_state(largest, threads);
-    state.set_min_parallel_flops(0);  // `threads` threads even for one-token steps
-    RowMatrix<T> logits(static_cast<Index>(tokens.size()), model.config().vocab_size);
-    Index done = 0;
-    for (Index chunk : chunks) {
-        const std::vector<Token> part(tokens.begin() + done, tokens.begin() + done + chunk);
-        REQUIRE(cache.length() == done);
-        model.forward(part, state, logits.middleRows(done, chunk), &cache);
-        done += chunk;
-    }
-    REQUIRE(done == static_cast<Index>(tokens.size()));
-    CHECK(cache.length() == done);
-    return logits;
-}
-
-template <typename T>
-RowMatrix<T> cached_logits(const DecoderModel<T>& model, const std::vector<Token>& tokens,
-                           const std::vector<Index>& chunks, int threads = 1) {
-    KvCache<T> cache = model.make_cache(static_cast<Index>(tokens.size()));
-    return cached_logits(model, tokens, chunks, cache, threads);
-}
-
-double max_abs_diff(const RowMatrix<double>& a, const RowMatrix<double>& b) { return (a - b).cwiseAbs().maxCoeff(); }
-
-double magnitude(const RowMatrix<double>& logits) { return std::max(1.0, logits.cwiseAbs().maxCoeff()); }
-
 }  // namespace
 
 TEST_CASE("cached logits match the full forward for every attention kind and DINT mode", "[model][kv_cache]") {
@@ -162,7 +120,6 @@ TEST_CASE("cached logits match the full forward for every attention kind and DIN
 TEMPLATE_TEST_CASE("cached logits of the golden models match the golden files", "[model][kv_cache][golden]", double,
                    float) {
     using T = TestType;
-    const double tolerance = std::is_same_v<T, double> ? 1e-9 : 64 * kEpsFloat;
     Index causal_models = 0;
     for (const std::filesystem::path& dir : golden_model_dirs()) {
         const std::string name = dir.filename().string();
@@ -173,23 +130,21 @@ TEMPLATE_TEST_CASE("cached logits of the golden models match the golden files", 
             continue;
         }
         ++causal_models;
-        const SafetensorsFile file(dir / "golden.safetensors");
-        const Vector<double> ids = file.vector<double>("tokens");
-        std::vector<Token> tokens;
-        for (Index i = 0; i < ids.size(); ++i) tokens.push_back(static_cast<Token>(ids(i)));
-        const RowMatrix<double> golden = file.matrix<double>("logits");
+        const model_test::Golden golden_file = model_test::read_golden(dir);
+        const std::vector<Token>& tokens = golden_file.tokens;
+        const RowMatrix<double>& golden = golden_file.logits;
         const double m = magnitude(golden);
         double worst = 0;
         for (const Schedule& schedule : schedules(static_cast<Index>(tokens.size()))) {
             INFO("schedule " << schedule.name);
             const double diff =
                 max_abs_diff(cached_logits(model, tokens, schedule.chunks).template cast<double>(), golden);
-            CHECK(diff <= tolerance * m);
+            CHECK(diff <= model_test::golden_tolerance<T>(m));
             worst = std::max(worst, diff);
         }
         std::printf("kv golden %-22s %-6s T=%3d  max diff over the schedules %.3e  (tolerance %.1e)\n",
                     name.c_str(), std::is_same_v<T, double> ? "double" : "float",
-                    static_cast<int>(tokens.size()), worst, tolerance * m);
+                    static_cast<int>(tokens.size()), worst, model_test::golden_tolerance<T>(m));
     }
     CHECK(causal_models >= 10);
 }
