@@ -9,7 +9,9 @@
 #include "diffattn/kernels/diff_attention.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
+#include "diffattn/model/checkpoint_config.hpp"
 #include "diffattn/model/generate.hpp"
+#include "diffattn/model/generation_config.hpp"
 #include "diffattn/model/logit_ranking.hpp"
 #include "diffattn/text/tokenizer.hpp"
 
@@ -356,6 +358,43 @@ TEST_CASE("unknown or unused config key", "[catalogue][config]") {
     REQUIRE(warnings.size() == 2);
     check_words(warnings[0] + " | " + warnings[1],
                 {"unknown key \"model_type\" ignored", "key \"dint_integral\" is only used by attention dint"});
+}
+
+TEST_CASE("unknown or unsupported checkpoint", "[catalogue][config][checkpoints]") {
+    // Every case of docs/checkpoints.md "Refused" is a directory of tests/data/checkpoints/refused,
+    // refused by tests/checkpoints; here one of each kind, as DecoderModel::load reports it.
+    const fs::path refused = fs::path(DIFFATTN_TEST_DATA_DIR) / "checkpoints" / "refused";
+    CHECK_ERROR(ConfigError, DecoderModel<float>::load(refused / "unknown_model_type"), "config.json",
+                "unknown checkpoint (model_type \"llama\", architectures [\"LlamaForCausalLM\"]); supported:",
+                "DiffLlama", "Motif");
+    CHECK_ERROR(ConfigError, DecoderModel<float>::load(refused / "rope_type_yarn"), "config.json",
+                "diffllama checkpoint: key \"rope_scaling.rope_type\" is \"yarn\": only rope types \"default\" and "
+                "\"llama3\" are supported");
+    CHECK_ERROR(ConfigError, DecoderModel<float>::load(refused / "motif_without_rms_norm_eps"),
+                "motif checkpoint: key \"rms_norm_eps\" is required (upstream defaults disagree)");
+    CHECK_ERROR(ConfigError, DecoderModel<float>::load(refused / "diffllama_odd_kv_heads"),
+                "num_attention_heads (2) and num_key_value_heads (1) must both be even");
+}
+
+TEST_CASE("sharded checkpoint that does not hold together", "[catalogue][files][checkpoints]") {
+    const fs::path refused = fs::path(DIFFATTN_TEST_DATA_DIR) / "checkpoints" / "refused";
+    CHECK_ERROR(FileError, DecoderModel<float>::load(refused / "index_tensor_listed_for_other_shard"),
+                "model.safetensors.index.json \"",
+                "weight_map lists tensor \"model.layers.0.self_attn.lambda_q1\" for shard "
+                "\"model-00001-of-00002.safetensors\" but it is in shard \"model-00002-of-00002.safetensors\"");
+    CHECK_ERROR(FileError, DecoderModel<float>::load(refused / "index_tensor_in_two_shards"),
+                "tensor \"model.embed_tokens.weight\" is in two shards, \"model-00001-of-00002.safetensors\" and "
+                "\"model-00002-of-00002.safetensors\"");
+    CHECK_ERROR(FileError, DecoderModel<float>::load(refused / "index_shard_path_escapes"),
+                "weight_map names \"../model-00002-of-00002.safetensors\"", "not a file name inside the directory");
+    CHECK_ERROR(FileError, DecoderModel<float>::load(refused / "single_file_and_index"), "ambiguous checkpoint");
+}
+
+TEST_CASE("bad end-of-sequence id", "[catalogue][config][checkpoints]") {
+    model_test::TempDir dir;
+    write_text(dir.path() / "generation_config.json", R"({"eos_token_id": [2, -1]})");
+    CHECK_ERROR(ConfigError, read_eos_token_ids(dir.path()), "generation_config.json \"",
+                "key \"eos_token_id\" must be a token id (an integer >= 0) or a list of them, got [2,-1]");
 }
 
 TEST_CASE("zero heads", "[catalogue][config]") {
