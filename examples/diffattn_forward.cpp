@@ -2,13 +2,16 @@
 // next-token prediction.
 //
 //   diffattn-forward                           the embedded demo model (no files needed)
-//   diffattn-forward --model DIR               DIR/config.json + DIR/model.safetensors (docs/math.md §5)
+//   diffattn-forward --model DIR               DIR/config.json + DIR/model.safetensors (docs/math.md §5), or a
+//                                              released DiffLlama / Motif directory, single file or
+//                                              sharded (docs/checkpoints.md)
 //   diffattn-forward --tokens "3 14 15 92"     the input token ids
 //   diffattn-forward --logits out.safetensors  also write all logits as F32 tensor `logits` [tokens, vocab]
 //   diffattn-forward --threads 4               attention heads on 4 threads (OpenMP builds)
 //   diffattn-forward --precision double        compute in double instead of float
 //   diffattn-forward --generate 16             greedy continuation by 16 tokens with a KV cache,
-//                                              printed as one line "generated: <id> <id> ..."
+//                                              printed as one line "generated: <id> <id> ...";
+//                                              stops early at the model's end-of-sequence ids
 //   diffattn-forward --generate 16 --no-cache  the same, recomputing the full forward every step
 //
 // The embedded demo model is a DINT Transformer (the family's flagship) with seeded weights
@@ -25,6 +28,7 @@
 #include "diffattn/model/config_json.hpp"
 #include "diffattn/model/decoder_model.hpp"
 #include "diffattn/model/generate.hpp"
+#include "diffattn/model/generation_config.hpp"
 #include "diffattn/model/kv_cache.hpp"
 #include "diffattn/model/logit_ranking.hpp"
 
@@ -88,7 +92,9 @@ void print_help(std::ostream& out) {
            "Runs a differential-attention decoder (diffattn) over a token sequence and prints the\n"
            "configuration, the parameter count, the time and the top-5 next tokens.\n"
            "\n"
-           "  --model DIR        model directory with config.json and model.safetensors (docs/math.md §5).\n"
+           "  --model DIR        model directory with config.json and model.safetensors (docs/math.md §5),\n"
+           "                     or a DiffLlama / Motif checkpoint as the Hub ships it (sharded\n"
+           "                     or not; docs/checkpoints.md).\n"
            "                     Default: an embedded demo DINT model with seeded weights\n"
            "                     (hidden_size 64, 4 heads, 2 kv heads, 2 layers, vocab 256).\n"
            "  --tokens \"...\"     token ids separated by spaces or commas. Default: the digits of\n"
@@ -101,7 +107,9 @@ void print_help(std::ostream& out) {
            "  --generate K       continue the tokens greedily by K tokens (the argmax of each\n"
            "                     step's last logits row; a NaN logit never wins over a\n"
            "                     number) and print them as one line\n"
-           "                     \"generated: <id> <id> ...\", with the time per token. Uses a KV\n"
+           "                     \"generated: <id> <id> ...\", with the time per token; fewer when\n"
+           "                     the model's end-of-sequence id (generation_config.json, else\n"
+           "                     config.json) comes first. Uses a KV\n"
            "                     cache: the tokens are prefilled in one call, then each new token\n"
            "                     is one decode call (docs/math.md §6). Not for encoder or DINT global_mean\n"
            "                     models (add --no-cache).\n"
@@ -265,15 +273,22 @@ int run(const Options& options) {
         } else {
             std::cout << "generation: " << count << " tokens, greedy, full forward at every step (--no-cache)\n";
         }
+        // A checkpoint's end-of-sequence ids (generation_config.json, else config.json) end it early.
+        const std::vector<Token> eos = options.model_dir ? read_eos_token_ids(*options.model_dir) : std::vector<Token>{};
         const auto begin = std::chrono::steady_clock::now();
-        const std::vector<Token> generated = generate(model, tokens, count, options.use_cache, threads);
+        const std::vector<Token> generated = generate(model, tokens, count, options.use_cache, threads, eos);
         const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
         std::cout << "generated:";
         for (Token t : generated) std::cout << " " << t;
-        std::cout << "\n"
-                  << std::setprecision(3) << "generation time: " << total * 1e3 << " ms (setup and prefill included), "
-                  << total * 1e3 / static_cast<double>(count) << " ms per generated token" << std::setprecision(1)
-                  << ", " << static_cast<double>(count) / std::max(total, 1e-12) << " tokens/s\n";
+        std::cout << "\n";
+        if (static_cast<Index>(generated.size()) < count) {
+            std::cout << "stopped at end-of-sequence id " << generated.back() << " after " << generated.size()
+                      << " tokens\n";
+        }
+        std::cout << std::setprecision(3) << "generation time: " << total * 1e3 << " ms (setup and prefill included), "
+                  << total * 1e3 / static_cast<double>(generated.size()) << " ms per generated token"
+                  << std::setprecision(1) << ", " << static_cast<double>(generated.size()) / std::max(total, 1e-12)
+                  << " tokens/s\n";
     }
     return 0;
 }
