@@ -8,6 +8,7 @@
 #include "diffattn/layers/parameters.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <string>
@@ -17,6 +18,16 @@ namespace naive {
 
 using diffattn::Index;
 using Mat = diffattn::RowMatrix<double>;
+
+/// A [rows x cols] matrix of seeded uniform values in [-scale, scale) (SeededUniform): the same test
+/// inputs on every platform.
+template <typename T>
+diffattn::RowMatrix<T> seeded(Index rows, Index cols, std::uint64_t seed, double scale = 1.0) {
+    diffattn::SeededUniform random(seed);
+    diffattn::RowMatrix<T> m(rows, cols);
+    for (Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<T>(scale * random.next());
+    return m;
+}
 
 /// Model-file tensors by name; a 3-D tensor [H, r, c] is H matrices, 1-D and 2-D tensors one.
 using Tensors = std::map<std::string, std::vector<Mat>>;

@@ -30,13 +30,7 @@ double tolerance() {
     return 64 * std::numeric_limits<T>::epsilon();
 }
 
-template <typename T>
-RowMatrix<T> seeded(Index rows, Index cols, std::uint64_t seed, double scale = 1.0) {
-    SeededUniform random(seed);
-    RowMatrix<T> m(rows, cols);
-    for (Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<T>(scale * random.next());
-    return m;
-}
+using naive::seeded;
 
 }  // namespace
 

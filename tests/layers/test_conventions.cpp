@@ -20,12 +20,13 @@ using namespace diffattn;
 
 namespace {
 
-template <typename T>
-RowMatrix<T> conventions_input(Index rows, Index cols, std::uint64_t seed, double scale = 1.0) {
-    SeededUniform random(seed);
-    RowMatrix<T> m(rows, cols);
-    for (Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<T>(scale * random.next());
-    return m;
+/// A diff module of width `d_model` with `n_heads` heads (our own conventions until changed).
+AttentionConfig diff_module(Index d_model, Index n_heads) {
+    AttentionConfig c;
+    c.kind = AttentionKind::diff;
+    c.d_model = d_model;
+    c.n_heads = n_heads;
+    return c;
 }
 
 }  // namespace
@@ -35,7 +36,7 @@ TEMPLATE_TEST_CASE("rotate_half rotary pairs element i with i + d/2", "[layers][
     const Index n = 9, d = 8, maps = 3;
     RotarySpec spec{d, 500.0, RotaryStyle::rotate_half, {}};
     const RotaryTable<T> table(spec, 32);
-    const RowMatrix<T> x = conventions_input<T>(n, maps * d, 3);
+    const RowMatrix<T> x = naive::seeded<T>(n, maps * d, 3);
     RowMatrix<T> y = x;
     table.apply(y, 4);
     double worst = 0;
@@ -77,7 +78,7 @@ TEMPLATE_TEST_CASE("PolyNorm: w0 n(z^3) + w1 n(z^2) + w2 n(z) + b, eps 1e-6", "[
     poly.weight << T(0.3), T(-0.6), T(0.9);
     poly.bias << T(0.05);
     const Index n = 5, f = 48;
-    const RowMatrix<T> z = conventions_input<T>(n, f, 11, 2.0);
+    const RowMatrix<T> z = naive::seeded<T>(n, f, 11, 2.0);
     RowMatrix<T> y = z;
     poly.apply(y);
     double worst = 0;
@@ -99,10 +100,7 @@ TEMPLATE_TEST_CASE("PolyNorm: w0 n(z^3) + w1 n(z^2) + w2 n(z) + b, eps 1e-6", "[
 
 TEST_CASE("halves pairing: q/k/v row blocks are stored in the stripe layout", "[layers][conventions]") {
     // 4 pairs (8 query heads), 4 kv heads (2 of ours), d 2.
-    AttentionConfig c;
-    c.kind = AttentionKind::diff;
-    c.d_model = 6;
-    c.n_heads = 4;
+    AttentionConfig c = diff_module(6, 4);
     c.n_kv_heads = 2;
     c.given_head_dim = 2;
     c.conventions.head_pairing = HeadPairing::halves;
@@ -133,11 +131,7 @@ TEST_CASE("halves pairing: q/k/v row blocks are stored in the stripe layout", "[
 }
 
 TEST_CASE("a weightless per-pair norm lists no subln.weight; the offset shifts lambda_init", "[layers][conventions]") {
-    AttentionConfig c;
-    c.kind = AttentionKind::diff;
-    c.d_model = 16;
-    c.n_heads = 2;
-    c.depth = 0;
+    AttentionConfig c = diff_module(16, 2);
     c.conventions.family = CheckpointFamily::motif;
     c.conventions.lambda_depth_offset = -1;
     CHECK(c.lambda_init() == Approx(0.8 - 0.6 * std::exp(0.3)).epsilon(1e-15));  // -0.0099071
