@@ -280,6 +280,11 @@ TEST_CASE("released checkpoints: config.json rules and defaults", "[checkpoints]
     j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}};
     CHECK(config_of(j).rope_theta == 10000.0);
 
+    // Our config.json cannot express a family's conventions: writing one would make another model.
+    CHECK_THROWS_WITH(model_config_to_json(c), Catch::Contains("model_config_to_json") &&
+                                                   Catch::Contains("diffllama") &&
+                                                   Catch::Contains("cannot express"));
+
     // Unknown keys are warnings, the documented informational ones are not.
     std::vector<std::string> warnings;
     j = base;

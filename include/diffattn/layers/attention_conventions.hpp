@@ -47,6 +47,14 @@ struct AttentionConventions {
     PairNorm pair_norm = PairNorm::affine;                 ///< subln with or without its weight
     double pair_norm_eps = kSublnEps;                      ///< DiffLlama `rms_norm_eps`, Motif `attn_rms_norm_eps`
     Index lambda_depth_offset = 0;                         ///< lambda_init(layer + offset): Motif -1
+
+    /// True when every field has its default: our own format, which config.json can express.
+    bool ours() const {
+        const AttentionConventions d;
+        return family == d.family && rotary_style == d.rotary_style && rope_scaling == d.rope_scaling &&
+               head_pairing == d.head_pairing && pair_norm == d.pair_norm && pair_norm_eps == d.pair_norm_eps &&
+               lambda_depth_offset == d.lambda_depth_offset;
+    }
 };
 
 }  // namespace diffattn

@@ -195,11 +195,7 @@ inline ModelConfig model_config_from_json_text(const std::string& text, std::vec
 /// cannot be read; ConfigError for bad content.
 inline ModelConfig read_model_config(const std::filesystem::path& path, std::vector<std::string>* warnings = nullptr) {
     const std::string source = detail::concat("config.json \"", path.string(), "\"");
-<<<<<<< HEAD
-    return model_config_from_json_text(detail::read_text_file(path, source, max_config_json_bytes, "a config.json"),
-=======
     return model_config_from_json_text(detail::read_text_file(path, max_config_json_bytes, source, "a config.json"),
->>>>>>> dccac55 (io: memory-mapped safetensors files; one regular-file check)
                                        warnings, source);
 }
 
@@ -212,7 +208,15 @@ inline ModelConfig read_model_config(const std::filesystem::path& path, std::ost
 }
 
 /// The config.json object of a configuration (every docs/math.md §5 key that applies to its kind).
+/// ConfigError for a configuration with another family's conventions (a released checkpoint's):
+/// our format cannot express them, so the file would describe another model.
 inline nlohmann::ordered_json model_config_to_json(const ModelConfig& c) {
+    require<ConfigError>(c.conventions.ours() && c.mlp_activation == MlpActivation::silu,
+                         "model_config_to_json: a configuration with the conventions of family ",
+                         to_string(c.conventions.family), " (rotary ", to_string(c.conventions.rotary_style),
+                         ", head pairing ", to_string(c.conventions.head_pairing), ", mlp ",
+                         to_string(c.mlp_activation), "): our config.json format cannot express them "
+                         "(docs/checkpoints.md); keep the checkpoint's own config.json");
     nlohmann::ordered_json j;
     j["attention"] = to_string(c.attention);
     j["hidden_size"] = c.hidden_size;
