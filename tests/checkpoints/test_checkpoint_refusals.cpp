@@ -124,13 +124,13 @@ TEST_CASE("released checkpoints: every refused directory is refused, naming the 
         switch (expected->second.kind) {
             case Refusal::none: CHECK_NOTHROW(load()); break;
             case Refusal::config: {
-                const std::string message = io_test::error_message<ConfigError>(load);
+                const std::string message = message_of<ConfigError>(load);
                 check_fragments(message, expected->second.fragments);
                 check_fragments(message, {"config.json", name.c_str()});
                 break;
             }
             case Refusal::file: {
-                const std::string message = io_test::error_message<FileError>(load);
+                const std::string message = message_of<FileError>(load);
                 check_fragments(message, expected->second.fragments);
                 check_fragments(message, {name.c_str()});
                 break;
@@ -150,7 +150,7 @@ TEST_CASE("released checkpoints: shard files must stay inside the directory", "[
         copy_checkpoint("motif_gqa_bf16_sharded", dir);
         fs::rename(dir / "model-00002-of-00002.safetensors", outside / "model-00002-of-00002.safetensors");
         fs::create_symlink(outside / "model-00002-of-00002.safetensors", dir / "model-00002-of-00002.safetensors");
-        const std::string message = io_test::error_message<FileError>([&] { (void)DecoderModel<float>::load(dir); });
+        const std::string message = message_of<FileError>([&] { (void)DecoderModel<float>::load(dir); });
         check_fragments(message, {"model.safetensors.index.json", "shard \"model-00002-of-00002.safetensors\"",
                                   "symbolic link", "outside the directory"});
     }
@@ -190,31 +190,31 @@ TEST_CASE("released checkpoints: a truncated or malformed shard or index is refu
     SECTION("a shard cut short") {
         const fs::path shard = dir / "model-00002-of-00002.safetensors";
         fs::resize_file(shard, fs::file_size(shard) - 100);
-        check_fragments(io_test::error_message<FileError>(load),
+        check_fragments(message_of<FileError>(load),
                         {"safetensors file", "model-00002-of-00002.safetensors", "run past the end of file"});
     }
     SECTION("an index that is not JSON") {
         write_text(index, "{\"weight_map\": ");
-        check_fragments(io_test::error_message<FileError>(load), {"model.safetensors.index.json", "not valid JSON"});
+        check_fragments(message_of<FileError>(load), {"model.safetensors.index.json", "not valid JSON"});
     }
     SECTION("an index without a weight_map object") {
         write_text(index, "{\"metadata\": {\"total_size\": 1}}");
-        check_fragments(io_test::error_message<FileError>(load), {"model.safetensors.index.json", "\"weight_map\" must be a non-empty object"});
+        check_fragments(message_of<FileError>(load), {"model.safetensors.index.json", "\"weight_map\" must be a non-empty object"});
         write_text(index, "{\"weight_map\": {}}");
-        check_fragments(io_test::error_message<FileError>(load), {"\"weight_map\" must be a non-empty object"});
+        check_fragments(message_of<FileError>(load), {"\"weight_map\" must be a non-empty object"});
     }
     SECTION("a weight_map entry that is not a file name") {
         nlohmann::json json = read_json(index);
         json["weight_map"]["model.norm.weight"] = 2;
         write_text(index, json.dump());
-        check_fragments(io_test::error_message<FileError>(load), {"weight_map entry of tensor \"model.norm.weight\" is 2"});
+        check_fragments(message_of<FileError>(load), {"weight_map entry of tensor \"model.norm.weight\" is 2"});
         json["weight_map"]["model.norm.weight"] = (dir / "model-00002-of-00002.safetensors").string();  // absolute
         write_text(index, json.dump());
-        check_fragments(io_test::error_message<FileError>(load), {"not a file name inside the directory"});
+        check_fragments(message_of<FileError>(load), {"not a file name inside the directory"});
     }
     SECTION("neither model.safetensors nor an index") {
         fs::remove(index);
-        check_fragments(io_test::error_message<FileError>(load), {"model.safetensors", "no such file"});
+        check_fragments(message_of<FileError>(load), {"model.safetensors", "no such file"});
     }
 }
 
@@ -245,7 +245,7 @@ TEST_CASE("released checkpoints: config.json rules and defaults", "[checkpoints]
     const nlohmann::json base = read_json(golden_dir("diffllama_mha_f32") / "config.json");
     const auto config_of = [](const nlohmann::json& json) { return checkpoint_config_from_json(json); };
     const auto error_of = [&](const nlohmann::json& json) {
-        return io_test::error_message<ConfigError>([&] { (void)config_of(json); });
+        return message_of<ConfigError>([&] { (void)config_of(json); });
     };
 
     // diffllama_mha_f32 leaves out head_dim, num_key_value_heads, rms_norm_eps and hidden_act.

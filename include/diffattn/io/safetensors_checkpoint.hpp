@@ -124,8 +124,8 @@ private:
 
     /// weight_map of the index: tensor name -> shard file name.
     std::map<std::string, std::string> read_weight_map(const std::filesystem::path& index) const {
-        const std::string text = detail::read_text_file(index, max_index_bytes, description_, "an index");
-        const nlohmann::json json = detail::parse_json_text<FileError>(text, 8, description_, "an index");
+        const std::string text = detail::read_text_file(index, description_, max_index_bytes, "an index");
+        const nlohmann::json json = detail::parse_json_text<FileError>(text, description_, 8, "an index");
         if (!json.is_object()) fail("expected a JSON object, got ", json.type_name());
         const auto map = json.find("weight_map");
         if (map == json.end() || !map->is_object() || map->empty()) {

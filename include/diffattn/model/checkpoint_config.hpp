@@ -287,9 +287,9 @@ inline ModelConfig checkpoint_config_from_json(const nlohmann::json& json, std::
 /// read_model_config) into a validated ModelConfig.
 inline ModelConfig read_checkpoint_config(const std::filesystem::path& path, std::vector<std::string>* warnings = nullptr) {
     const std::string source = detail::concat("config.json \"", path.string(), "\"");
-    const std::string text = detail::read_text_file(path, max_config_json_bytes, source, "a config.json");
+    const std::string text = detail::read_text_file(path, source, max_config_json_bytes, "a config.json");
     return checkpoint_config_from_json(
-        detail::parse_json_text<ConfigError>(text, max_config_json_depth, source, "a config"), warnings, source);
+        detail::parse_json_text(text, source, max_config_json_depth, "a config"), warnings, source);
 }
 
 }  // namespace diffattn

@@ -195,7 +195,7 @@ inline ModelConfig model_config_from_json_text(const std::string& text, std::vec
 /// cannot be read; ConfigError for bad content.
 inline ModelConfig read_model_config(const std::filesystem::path& path, std::vector<std::string>* warnings = nullptr) {
     const std::string source = detail::concat("config.json \"", path.string(), "\"");
-    return model_config_from_json_text(detail::read_text_file(path, max_config_json_bytes, source, "a config.json"),
+    return model_config_from_json_text(detail::read_text_file(path, source, max_config_json_bytes, "a config.json"),
                                        warnings, source);
 }
 

@@ -53,8 +53,8 @@ inline std::vector<Token> read_eos_token_ids(const std::filesystem::path& dir) {
         std::error_code ignored;
         if (!std::filesystem::exists(path, ignored)) continue;
         const std::string source = detail::concat(name, " \"", path.string(), "\"");
-        const nlohmann::json json = detail::parse_json_text<ConfigError>(
-            detail::read_text_file(path, max_config_json_bytes, source, "a config file"), max_config_json_depth, source,
+        const nlohmann::json json = detail::parse_json_text(
+            detail::read_text_file(path, source, max_config_json_bytes, "a config file"), source, max_config_json_depth,
             "a config file");
         require<ConfigError>(json.is_object(), source, ": expected a JSON object, got ", json.type_name());
         if (json.contains("eos_token_id")) return detail::eos_token_ids(json.at("eos_token_id"), source);
