@@ -1,4 +1,5 @@
-// Greedy generation: continue a prompt with the most likely token, one token at a time.
+// Generation: continue a prompt one token at a time, greedily (the most likely token) or with a
+// token chooser such as a Sampler (model/sampler.hpp).
 //
 //   with the cache:    prefill the prompt in one call into a KvCache, then one decode call per
 //                      new token (the token just chosen, at the next position);
@@ -59,50 +60,77 @@ void check_generate(const DecoderModel<T>& model, Index prompt_len, Index count,
     }
 }
 
-/// Greedy continuation of `prompt` (at least one token) by `count` tokens; returns the new ids:
-/// `count` of them, or fewer when a token of `stop_tokens` (a checkpoint's end-of-sequence ids,
-/// model/generation_config.hpp) is emitted, which is the last one returned. use_cache: prefill +
-/// one decode call per token through a KvCache of prompt + count - 1 tokens; otherwise a full
-/// forward over the whole sequence at every step. Attention heads run on `threads` threads.
-/// Throws what check_generate throws (before allocating), and ShapeError for a bad token id.
-template <typename T>
-std::vector<Token> generate(const DecoderModel<T>& model, const std::vector<Token>& prompt, Index count,
-                            bool use_cache = true, int threads = 1, const std::vector<Token>& stop_tokens = {}) {
+/// How generate() runs: at most `max_new_tokens` new tokens; a token of `stop_tokens` (a
+/// checkpoint's end-of-sequence ids, model/generation_config.hpp) ends the continuation and is the
+/// last one returned. use_cache: prefill + one decode call per token through a KvCache of prompt +
+/// max_new_tokens - 1 tokens; otherwise a full forward over the whole sequence at every step.
+/// Attention heads run on `threads` threads.
+struct GenerationOptions {
+    Index max_new_tokens = 0;
+    bool use_cache = true;
+    int threads = 1;
+    std::vector<Token> stop_tokens;
+};
+
+/// The continuation of `prompt` (at least one token): after each step `choose(row)` picks the next
+/// id from the last logits row (a ConstRowRef-like Eigen row of V logits; argmax_token for greedy
+/// decoding, or a Sampler, model/sampler.hpp), and `on_token(id)` sees it at once, before the next
+/// step runs (to print text as it is produced). Returns the new ids. Throws what check_generate
+/// throws (before allocating), ShapeError for a bad token id, and what `choose` throws.
+template <typename T, typename Choose, typename OnToken>
+std::vector<Token> generate(const DecoderModel<T>& model, const std::vector<Token>& prompt,
+                            const GenerationOptions& options, Choose&& choose, OnToken&& on_token) {
     const Index prompt_len = static_cast<Index>(prompt.size());
-    check_generate(model, prompt_len, count, use_cache);
+    const Index count = options.max_new_tokens;
+    check_generate(model, prompt_len, count, options.use_cache);
     std::vector<Token> generated;
     if (count == 0) return generated;
     generated.reserve(static_cast<std::size_t>(count));
     const Index total = prompt_len + count - 1;  // the last new token is never fed back
-    // True once `count` tokens are out or the last one is a stop token.
-    const auto done = [&] {
+    // Takes the token chosen from `row`; true once `count` tokens are out or it is a stop token.
+    const auto take = [&](const auto& row) {
+        const Token next = static_cast<Token>(choose(row));
+        generated.push_back(next);
+        on_token(next);
         return static_cast<Index>(generated.size()) == count ||
-               std::find(stop_tokens.begin(), stop_tokens.end(), generated.back()) != stop_tokens.end();
+               std::find(options.stop_tokens.begin(), options.stop_tokens.end(), next) != options.stop_tokens.end();
     };
 
-    if (use_cache) {
+    if (options.use_cache) {
         KvCache<T> cache = model.make_cache(total);
-        ForwardState<T> state = model.make_state(prompt_len, threads);  // the prefill is the largest call
-        const ConstMatrixRef<T> prefill = model.forward(prompt, state, &cache);  // [prompt x V]
-        std::vector<Token> next{argmax_token(prefill.row(prompt_len - 1))};
-        generated.push_back(next.front());
-        while (!done()) {
+        ForwardState<T> state = model.make_state(prompt_len, options.threads);  // the prefill is the largest call
+        const ConstMatrixRef<T> prefill = model.forward(prompt, state, &cache);    // [prompt x V]
+        if (take(prefill.row(prompt_len - 1))) return generated;
+        std::vector<Token> next{generated.back()};
+        while (true) {
             const ConstMatrixRef<T> decode = model.forward(next, state, &cache);  // [1 x V]
-            next.front() = argmax_token(decode.row(0));
-            generated.push_back(next.front());
+            if (take(decode.row(0))) return generated;
+            next.front() = generated.back();
         }
-        return generated;
     }
 
-    ForwardState<T> state = model.make_state(total, threads);
+    ForwardState<T> state = model.make_state(total, options.threads);
     std::vector<Token> sequence = prompt;
     sequence.reserve(static_cast<std::size_t>(total));
     while (true) {
         const ConstMatrixRef<T> logits = model.forward(sequence, state);  // full recompute: [sequence x V]
-        generated.push_back(argmax_token(logits.row(logits.rows() - 1)));
-        if (done()) return generated;
+        if (take(logits.row(logits.rows() - 1))) return generated;
         sequence.push_back(generated.back());
     }
+}
+
+/// Greedy continuation of `prompt` by `count` tokens (argmax_token at every step; fewer when a
+/// token of `stop_tokens` comes first, GenerationOptions). Returns the new ids.
+template <typename T>
+std::vector<Token> generate(const DecoderModel<T>& model, const std::vector<Token>& prompt, Index count,
+                            bool use_cache = true, int threads = 1, const std::vector<Token>& stop_tokens = {}) {
+    GenerationOptions options;
+    options.max_new_tokens = count;
+    options.use_cache = use_cache;
+    options.threads = threads;
+    options.stop_tokens = stop_tokens;
+    return generate(
+        model, prompt, options, [](const auto& row) { return argmax_token(row); }, [](Token) {});
 }
 
 }  // namespace diffattn
