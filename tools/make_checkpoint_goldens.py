@@ -127,6 +127,17 @@ DIRS = [
      "eos list hit early. rms_norm_eps 1e-5 and attn_rms_norm_eps 1e-6 (swapped from the "
      "usual) with tiny v_proj and gate_proj weights so that subln's eps and PolyNorm's fixed "
      "eps 1e-6 matter"),
+    ("diffllama_text",
+     diffllama_config(vocab_size=821, bos_token_id=810, eos_token_id=811, num_key_value_heads=2,
+                      max_position_embeddings=128),
+     1107, 26, 12, "F32", 1, "none",
+     {"tokenizer": "tiny_llama3", "prompt_case": "training sentence"},
+     "DiffLlama GQA with a tokenizer: tests/data/text/tiny_llama3's tokenizer.json and "
+     "tokenizer_config.json (byte-level BPE, 810 tokens + Llama 3's 11 special tokens, "
+     "vocab_size 821). The prompt is the ids @huggingface/tokenizers gives for the corpus text "
+     "'training sentence' (tests/data/text/tokenizer_goldens.json, <|begin_of_text|> first); "
+     "golden metadata carries the prompt text and the continuation decoded to text by this "
+     "script's own byte-level decoder. Random weights: the text is not meant to read well"),
 ]
 
 
@@ -422,6 +433,42 @@ def pick_prompt(g, T, K, params, rc):
     raise AssertionError("no prompt with greedy margins >= %g" % MARGIN_MIN)
 
 
+def tokenizer_case(knobs):
+    """(text, ids with the post-processor's specials) of a corpus case, as the JavaScript
+    reference tokenized it (tests/data/text/tokenizer_goldens.json)."""
+    with open(os.path.join(ROOT, "tests", "data", "text", "tokenizer_goldens.json")) as f:
+        goldens = json.load(f)
+    case = next(c for c in goldens["cases"] if c["name"] == knobs["prompt_case"])
+    return case["text"], case["expected"][knobs["tokenizer"]]["with_special"]
+
+
+def byte_level_decode(tokenizer_dir, ids, skip_special=True):
+    """The text of `ids` by tokenizer.json's byte-level vocabulary: GPT-2's byte <-> character
+    table inverted, added tokens as written (special ones left out), invalid UTF-8 as U+FFFD.
+    Written from the byte-level scheme, independently of the C++ decoder."""
+    with open(os.path.join(tokenizer_dir, "tokenizer.json")) as f:
+        tok = json.load(f)
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + \
+        list(range(0xAE, 0xFF + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    by_id = {i: t for t, i in tok["model"]["vocab"].items()}
+    added = {a["id"]: a for a in tok["added_tokens"]}
+    out = b""
+    for i in ids:
+        if i in added:
+            if not (skip_special and added[i]["special"]):
+                out += added[i]["content"].encode("utf-8")
+        elif i in by_id:
+            out += bytes(chars[c] for c in by_id[i])
+    return out.decode("utf-8", errors="replace")
+
+
 def plan_eos(plan, gen, vocab):
     """(generation_config eos, config.json eos) ids. 'none': ids never generated; 'list_hit':
     a list whose second id is the first-time token at step s >= 3 (generation stops there),
@@ -443,7 +490,17 @@ def build(name, cfg, seed, T, K, dtype, shards, eos_plan, knobs, desc):
     dtypes = stored_dtypes(rc, dtype)
     stored = round_to(raw, dtypes)
     # prompt and eos are chosen from the stored values, before anything is written
-    prompt, gen_free, margin, attempt = pick_prompt(g, T, K, stored, rc)
+    prompt_text = None
+    if "prompt_case" in knobs:  # a text prompt, tokenized by the JavaScript reference
+        prompt_text, ids = tokenizer_case(knobs)
+        prompt = torch.tensor(ids)
+        check("%s: prompt length" % name, len(ids) == T)
+        gen_free, rows = CR.greedy(prompt, stored, rc, K, set())
+        top2 = rows.topk(2, dim=-1).values
+        margin, attempt = float((top2[:, 0] - top2[:, 1]).min()), 0
+        check("%s: greedy margins >= %g" % (name, MARGIN_MIN), margin >= MARGIN_MIN, "%.3g" % margin)
+    else:
+        prompt, gen_free, margin, attempt = pick_prompt(g, T, K, stored, rc)
     gen_eos, cfg_eos = plan_eos(eos_plan, gen_free, rc["vocab_size"])
     cfg = dict(cfg, eos_token_id=cfg_eos)
     write_json(os.path.join(d, "config.json"), cfg)
@@ -462,6 +519,9 @@ def build(name, cfg, seed, T, K, dtype, shards, eos_plan, knobs, desc):
                 tensors[b] = fq
                 dtypes[b] = "F32"
     files = write_weights(d, tensors, dtypes, shards)
+    if "tokenizer" in knobs:
+        for fn in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(ROOT, "tests", "data", "text", knobs["tokenizer"], fn), os.path.join(d, fn))
 
     # ---- read back through the reference loader: the golden uses what the files hold ----
     rc2, p64, dts = CR.load_checkpoint(d)
@@ -529,6 +589,9 @@ def build(name, cfg, seed, T, K, dtype, shards, eos_plan, knobs, desc):
             "note": "float64 reference tools/checkpoint_reference.py; logits of a full forward "
                     "over tokens at positions 0..T-1; generated = greedy continuation, "
                     "generated_logits[n] = last-row logits that chose generated[n]"}
+    if prompt_text is not None:
+        meta["prompt_text"] = prompt_text
+        meta["generated_text"] = byte_level_decode(d, gen)
     TR.write_safetensors(os.path.join(d, "golden.safetensors"),
                          {"tokens": prompt.to(DT), "logits": logits,
                           "generated": torch.tensor(gen, dtype=DT), "generated_logits": gen_rows},

@@ -68,7 +68,7 @@ const char* precision_name(bool is_double) { return is_double ? "double" : "floa
 }  // namespace
 
 TEST_CASE("released checkpoints: the golden directories are present", "[checkpoints][golden]") {
-    CHECK(checkpoint_golden_dirs().size() == 6);
+    CHECK(checkpoint_golden_dirs().size() == 7);
 }
 
 TEMPLATE_TEST_CASE("released checkpoints: logits match the golden files", "[checkpoints][golden]", double, float) {
