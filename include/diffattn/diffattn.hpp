@@ -49,7 +49,7 @@
 #include "diffattn/layers/swiglu.hpp"
 
 // model: config, decoder layer, decoder model (docs/math.md §4-5), model-file tensors, KV cache, logit
-// ranking and greedy generation (docs/math.md §6)
+// ranking, greedy generation (docs/math.md §6) and the token sampler
 #include "diffattn/model/config.hpp"
 #include "diffattn/model/config_json.hpp"
 #include "diffattn/model/decoder_layer.hpp"
@@ -59,3 +59,4 @@
 #include "diffattn/model/kv_cache.hpp"
 #include "diffattn/model/logit_ranking.hpp"
 #include "diffattn/model/model_tensors.hpp"
+#include "diffattn/model/sampler.hpp"
