@@ -12,8 +12,8 @@ Prints the values tests/model/test_sampler.cpp checks, computed here without the
     the engine the C++ standard library ships.
   * the sampler's documented procedure: u = (draw >> 11) * 2^-53; top-k keeps the k first of the
     ranking (larger logit first, NaN last, ties by the lower id); weights exp((x - max) / t) in
-    double (NaN: 0); top-p keeps a ranked token while the weights before it sum to less than
-    top_p times their total; the token is the first kept one whose running sum of weights passes
+    double (NaN: 0); top-p keeps a ranked token of positive weight while the weights before it sum
+    to less than top_p times the total (summed in id order, or ranking order after top-k); the token is the first kept one whose running sum of weights passes
     u * total, the kept tokens taken in ranking order when top-k or top-p is on, in id order
     otherwise.
 
@@ -79,19 +79,18 @@ def sample(logits, temperature, top_k, top_p, u):
         else:
             weight[i] = math.exp((x - top) / temperature)
     if top_p < 1.0:
-        kept = [i for i in (kept if ranked else ranking(logits)) if i in weight and weight[i] > 0.0]
-        ranked = True
         total = 0.0
-        for i in kept:
+        for i in kept:  # id order, or ranking order after top-k
             total += weight[i]
         threshold = top_p * total
-        before, cut = 0.0, len(kept)
-        for j, i in enumerate(kept):
-            if before >= threshold:
+        order = kept if ranked else ranking(logits)
+        before, cut = 0.0, len(order)
+        for j, i in enumerate(order):
+            if before >= threshold or weight[i] == 0.0:
                 cut = j
                 break
             before += weight[i]
-        kept = kept[:cut]
+        kept = order[:cut]
     total = 0.0
     for i in kept:
         total += weight[i]

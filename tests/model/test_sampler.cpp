@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -224,6 +225,72 @@ TEST_CASE("sampler: fixed seeds give the tokens of tools/sampler_reference.py", 
         }
         CHECK(from_float == c.tokens);
         CHECK(from_double == c.tokens);
+    }
+}
+
+TEST_CASE("sampler: large vocabularies match a plain full-sort reference", "[model][sampler]") {
+    // top-p ranks the vocabulary a chunk at a time; here the kept set spans many chunks. The
+    // reference ranks everything with std::sort and follows the documented procedure step by
+    // step, with its own engine and the documented 53-bit draw.
+    const auto reference = [](const Vector<float>& logits, const SamplingOptions& o, std::mt19937_64& engine) {
+        const Index v = logits.size();
+        std::vector<Index> order(static_cast<std::size_t>(v));
+        for (Index i = 0; i < v; ++i) order[static_cast<std::size_t>(i)] = i;
+        std::vector<Index> ranking = order;
+        std::sort(ranking.begin(), ranking.end(),
+                  [&](Index a, Index b) { return logit_ranks_before(logits(a), a, logits(b), b); });
+        std::vector<Index> kept = o.top_k > 0 && o.top_k < v
+                                      ? std::vector<Index>(ranking.begin(), ranking.begin() + o.top_k)
+                                      : order;
+        double top = -kSamplerInf;
+        for (Index id : kept) {
+            if (!std::isnan(logits(id))) top = std::max(top, static_cast<double>(logits(id)));
+        }
+        std::vector<double> w(static_cast<std::size_t>(v), 0.0);
+        for (Index id : kept) {
+            if (!std::isnan(logits(id))) w[static_cast<std::size_t>(id)] = std::exp((logits(id) - top) / o.temperature);
+        }
+        if (o.top_p < 1.0) {
+            double total = 0.0;
+            for (Index id : kept) total += w[static_cast<std::size_t>(id)];
+            const std::vector<Index> ranked = o.top_k > 0 && o.top_k < v ? kept : ranking;
+            double before = 0.0;
+            std::size_t cut = 0;
+            while (cut < ranked.size() && before < o.top_p * total && w[static_cast<std::size_t>(ranked[cut])] > 0.0) {
+                before += w[static_cast<std::size_t>(ranked[cut++])];
+            }
+            kept.assign(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(cut));
+        }
+        double total = 0.0;
+        for (Index id : kept) total += w[static_cast<std::size_t>(id)];
+        const double target = static_cast<double>(engine() >> 11) * 0x1.0p-53 * total;
+        double running = 0.0;
+        Index chosen = -1;
+        for (Index id : kept) {
+            if (w[static_cast<std::size_t>(id)] == 0.0) continue;
+            chosen = id;
+            running += w[static_cast<std::size_t>(id)];
+            if (running > target) break;
+        }
+        return chosen;
+    };
+    struct Case {
+        double temperature;
+        Index top_k;
+        double top_p;
+    };
+    for (const Case& c : {Case{3.0, 0, 0.97}, Case{1.0, 0, 0.9}, Case{0.2, 0, 0.6}, Case{2.0, 1000, 0.95},
+                          Case{2.0, 100, 1.0}, Case{1.5, 0, 1.0}}) {
+        for (unsigned seed : {1u, 2u}) {
+            INFO("temperature " << c.temperature << ", top_k " << c.top_k << ", top_p " << c.top_p << ", seed " << seed);
+            const SamplingOptions options = sampler_options(c.temperature, c.top_k, c.top_p, seed);
+            Sampler sampler(options, 3000);
+            std::mt19937_64 engine(seed);
+            for (unsigned step = 0; step < 20; ++step) {
+                const Vector<float> logits = sampler_random_logits(3000, 100 * seed + step, step % 3 == 0 ? 11 : 0);
+                CHECK(sampler.sample(logits) == reference(logits, options, engine));
+            }
+        }
     }
 }
 

@@ -23,6 +23,8 @@
 // std::uniform_real_distribution, whose algorithm each standard library chooses. The draw u picks
 // the first kept token whose running sum of weights passes u * (sum of the kept weights), the
 // kept tokens taken in ranking order when top-k or top-p ranked them, in id order otherwise.
+// Every sum runs in an order the options fix (id order, or ranking order after top-k; top-p's
+// total before it cuts), never in an order a standard library's sort chooses.
 // So a seed gives the same tokens with libstdc++ and libc++ (std::exp aside, which may differ in
 // the last bit between C libraries; that moves a token only if u lands within that bit of a
 // boundary).
@@ -141,24 +143,27 @@ public:
         const auto weight = [&](Index id) { return weights_[static_cast<std::size_t>(id)]; };
 
         // Top-p over what top-k kept, most probable first: a token stays while the tokens before
-        // it hold less than top_p of the total (so the first always stays).
+        // it hold less than top_p of their total (so the first always stays). The ranking grows a
+        // chunk at a time (select the next chunk, sort it), because the kept tokens are usually a
+        // small part of the vocabulary, and sorting all of it would cost most of the call.
         if (options_.top_p < 1.0) {
-            const auto positive = [&](Index id) { return weight(id) > 0.0; };  // not NaN, no underflow
-            if (ranked) {
-                last = std::partition_point(first, last, positive);  // weights never grow along the ranking
-            } else {
-                last = std::partition(first, last, positive);
-                std::sort(first, last, ranks_before);
-            }
             const double threshold = options_.top_p * kept_weight(first, last);
+            auto sorted_end = ranked ? last : first;  // [first, sorted_end) in ranking order
+            std::ptrdiff_t chunk = 64;
             double before = 0.0;
-            for (auto it = first; it != last; ++it) {
-                if (before >= threshold) {
-                    last = it;
-                    break;
+            auto it = first;
+            for (; it != last; ++it) {
+                if (it == sorted_end) {
+                    const auto chunk_end = last - sorted_end > 2 * chunk ? sorted_end + chunk : last;
+                    if (chunk_end != last) std::nth_element(sorted_end, chunk_end, last, ranks_before);
+                    std::sort(sorted_end, chunk_end, ranks_before);
+                    sorted_end = chunk_end;
+                    chunk *= 2;
                 }
+                if (before >= threshold || weight(*it) == 0.0) break;  // zero: NaN, or exp underflow
                 before += weight(*it);
             }
+            last = it;
         }
 
         // One draw: the first kept token whose running sum of weights passes u * total.
