@@ -33,15 +33,6 @@ Vector<T> sampler_reference_logits() {
     return logits.cast<T>();
 }
 
-SamplingOptions sampler_options(double temperature, Index top_k, double top_p, std::uint64_t seed) {
-    SamplingOptions options;
-    options.temperature = temperature;
-    options.top_k = top_k;
-    options.top_p = top_p;
-    options.seed = seed;
-    return options;
-}
-
 /// Logits in [-2, 2] in steps of 1/4 (many ties), every `nan_every`-th one NaN (0: none), from a
 /// seeded engine of the test's own.
 Vector<float> sampler_random_logits(Index size, unsigned seed, Index nan_every) {
@@ -126,27 +117,27 @@ TEST_CASE("sampling options: the defaults are greedy, bad values are OptionError
     CHECK(defaults.top_p == 1.0);
     CHECK(defaults.seed == 5489u);
     CHECK_NOTHROW(check_sampling_options(defaults));
-    CHECK_NOTHROW(check_sampling_options(sampler_options(0.8, 40, 0.95, 1)));
-    CHECK_NOTHROW(check_sampling_options(sampler_options(1e-300, 1, 1e-300, 0)));
-    CHECK_ERROR(OptionError, check_sampling_options(sampler_options(-0.5, 0, 1.0, 1)),
+    CHECK_NOTHROW(check_sampling_options(SamplingOptions{0.8, 40, 0.95, 1}));
+    CHECK_NOTHROW(check_sampling_options(SamplingOptions{1e-300, 1, 1e-300, 0}));
+    CHECK_ERROR(OptionError, check_sampling_options(SamplingOptions{-0.5, 0, 1.0, 1}),
                 "SamplingOptions: temperature must be finite and >= 0", "got -0.5");
-    CHECK_ERROR(OptionError, check_sampling_options(sampler_options(kSamplerNaN, 0, 1.0, 1)), "temperature", "got nan");
-    CHECK_ERROR(OptionError, check_sampling_options(sampler_options(kSamplerInf, 0, 1.0, 1)), "temperature", "got inf");
-    CHECK_ERROR(OptionError, check_sampling_options(sampler_options(1.0, -3, 1.0, 1)),
+    CHECK_ERROR(OptionError, check_sampling_options(SamplingOptions{kSamplerNaN, 0, 1.0, 1}), "temperature", "got nan");
+    CHECK_ERROR(OptionError, check_sampling_options(SamplingOptions{kSamplerInf, 0, 1.0, 1}), "temperature", "got inf");
+    CHECK_ERROR(OptionError, check_sampling_options(SamplingOptions{1.0, -3, 1.0, 1}),
                 "SamplingOptions: top_k must be >= 0", "got -3");
     for (double top_p : {0.0, -0.1, 1.5, kSamplerNaN, kSamplerInf}) {
         INFO("top_p " << top_p);
-        CHECK_ERROR(OptionError, check_sampling_options(sampler_options(1.0, 0, top_p, 1)),
+        CHECK_ERROR(OptionError, check_sampling_options(SamplingOptions{1.0, 0, top_p, 1}),
                     "SamplingOptions: top_p must be in (0, 1]");
     }
     // The Sampler checks them too, and its vocabulary.
-    CHECK_ERROR(OptionError, Sampler(sampler_options(1.0, 0, 0.0, 1), 10), "top_p", "got 0");
+    CHECK_ERROR(OptionError, Sampler(SamplingOptions{1.0, 0, 0.0, 1}, 10), "top_p", "got 0");
     CHECK_ERROR(ShapeError, Sampler(SamplingOptions{}, 0), "Sampler: vocab_size must be >= 1, got 0");
 }
 
 TEST_CASE("sampler: logits of the wrong size are a ShapeError", "[model][sampler]") {
     for (double temperature : {0.0, 1.0}) {
-        Sampler sampler(sampler_options(temperature, 0, 1.0, 1), 10);
+        Sampler sampler(SamplingOptions{temperature, 0, 1.0, 1}, 10);
         CHECK_ERROR(ShapeError, sampler.sample(Vector<float>::Zero(9)),
                     "Sampler::sample: logits has 9 entries but the vocabulary has 10");
         CHECK_ERROR(ShapeError, sampler.sample(RowMatrix<double>::Zero(2, 11).row(1)), "11 entries");
@@ -155,10 +146,10 @@ TEST_CASE("sampler: logits of the wrong size are a ShapeError", "[model][sampler
 
 TEST_CASE("sampler: temperature 0, top_k 1 and a tiny top_p are all greedy", "[model][sampler]") {
     Sampler greedy(SamplingOptions{}, 300);
-    Sampler top_k_1(sampler_options(1.0, 1, 1.0, 3), 300);
-    Sampler hot_top_k_1(sampler_options(5.0, 1, 1.0, 4), 300);
-    Sampler tiny_top_p(sampler_options(1.0, 0, 1e-9, 5), 300);
-    Sampler both(sampler_options(0.3, 1, 1e-9, 6), 300);
+    Sampler top_k_1(SamplingOptions{1.0, 1, 1.0, 3}, 300);
+    Sampler hot_top_k_1(SamplingOptions{5.0, 1, 1.0, 4}, 300);
+    Sampler tiny_top_p(SamplingOptions{1.0, 0, 1e-9, 5}, 300);
+    Sampler both(SamplingOptions{0.3, 1, 1e-9, 6}, 300);
     for (unsigned seed = 0; seed < 200; ++seed) {
         const Vector<float> logits = sampler_random_logits(300, seed, seed % 2 == 0 ? 0 : 7);
         const Index expected = sampler_plain_argmax(logits);
@@ -178,7 +169,7 @@ TEST_CASE("sampler: the same seed repeats a sequence, another seed does not", "[
     // 100 tokens over 64 near-uniform choices (temperature 4 over logits in [-2, 2]): two seeds
     // agree at a given step with probability about 1/50, on all 100 practically never.
     const Vector<float> logits = sampler_random_logits(64, 11, 0);
-    for (const SamplingOptions& base : {sampler_options(4.0, 0, 1.0, 0), sampler_options(4.0, 40, 0.9, 0)}) {
+    for (const SamplingOptions& base : {SamplingOptions{4.0, 0, 1.0, 0}, SamplingOptions{4.0, 40, 0.9, 0}}) {
         const auto run = [&](std::uint64_t seed) {
             SamplingOptions options = base;
             options.seed = seed;
@@ -209,10 +200,10 @@ TEST_CASE("sampler: fixed seeds give the tokens of tools/sampler_reference.py", 
         std::vector<Index> tokens;  // printed by /usr/bin/python3 tools/sampler_reference.py
     };
     const Case cases[] = {
-        {sampler_options(0.7, 0, 1.0, 42), {4, 4, 4, 0, 7, 0, 4, 2, 2, 2, 0, 3, 4, 4, 4, 9, 4, 2, 0, 0, 4, 0, 2, 0}},
-        {sampler_options(1.3, 4, 1.0, 7), {0, 9, 2, 9, 2, 2, 0, 9, 2, 0, 0, 4, 4, 2, 0, 2, 9, 9, 9, 2, 4, 2, 2, 2}},
-        {sampler_options(1.0, 0, 0.8, 123), {2, 4, 9, 0, 2, 2, 9, 2, 0, 4, 2, 4, 2, 4, 4, 9, 0, 4, 2, 0, 2, 0, 2, 2}},
-        {sampler_options(0.9, 6, 0.7, 2024), {4, 0, 2, 2, 2, 2, 0, 4, 2, 4, 4, 4, 0, 4, 2, 2, 2, 0, 4, 4, 0, 4, 2, 0}},
+        {SamplingOptions{0.7, 0, 1.0, 42}, {4, 4, 4, 0, 7, 0, 4, 2, 2, 2, 0, 3, 4, 4, 4, 9, 4, 2, 0, 0, 4, 0, 2, 0}},
+        {SamplingOptions{1.3, 4, 1.0, 7}, {0, 9, 2, 9, 2, 2, 0, 9, 2, 0, 0, 4, 4, 2, 0, 2, 9, 9, 9, 2, 4, 2, 2, 2}},
+        {SamplingOptions{1.0, 0, 0.8, 123}, {2, 4, 9, 0, 2, 2, 9, 2, 0, 4, 2, 4, 2, 4, 4, 9, 0, 4, 2, 0, 2, 0, 2, 2}},
+        {SamplingOptions{0.9, 6, 0.7, 2024}, {4, 0, 2, 2, 2, 2, 0, 4, 2, 4, 4, 4, 0, 4, 2, 2, 2, 0, 4, 4, 0, 4, 2, 0}},
     };
     for (const Case& c : cases) {
         INFO("temperature " << c.options.temperature << ", top_k " << c.options.top_k << ", top_p " << c.options.top_p
@@ -283,7 +274,7 @@ TEST_CASE("sampler: large vocabularies match a plain full-sort reference", "[mod
                           Case{2.0, 100, 1.0}, Case{1.5, 0, 1.0}}) {
         for (unsigned seed : {1u, 2u}) {
             INFO("temperature " << c.temperature << ", top_k " << c.top_k << ", top_p " << c.top_p << ", seed " << seed);
-            const SamplingOptions options = sampler_options(c.temperature, c.top_k, c.top_p, seed);
+            const SamplingOptions options = SamplingOptions{c.temperature, c.top_k, c.top_p, seed};
             Sampler sampler(options, 3000);
             std::mt19937_64 engine(seed);
             for (unsigned step = 0; step < 20; ++step) {
@@ -298,22 +289,22 @@ TEST_CASE("sampler: draws follow the temperature softmax", "[model][sampler][sta
     // Every finite logit in play; the NaN (6) and -inf (8) tokens never drawn.
     const std::vector<double> x = {1.5, -0.25, 2.0, 0.75, 2.0, -1.0, kSamplerNaN, 0.125, -kSamplerInf, 1.0};
     const std::vector<double> expected = sampler_softmax_over(x, 0.7, {0, 1, 2, 3, 4, 5, 7, 9});
-    sampler_check_distribution(sampler_options(0.7, 0, 1.0, 31), sampler_reference_logits<float>(), expected);
-    sampler_check_distribution(sampler_options(1.0, 0, 1.0, 32), sampler_reference_logits<double>(),
+    sampler_check_distribution(SamplingOptions{0.7, 0, 1.0, 31}, sampler_reference_logits<float>(), expected);
+    sampler_check_distribution(SamplingOptions{1.0, 0, 1.0, 32}, sampler_reference_logits<double>(),
                                sampler_softmax_over(x, 1.0, {0, 1, 2, 3, 4, 5, 7, 9}));
 }
 
 TEST_CASE("sampler: top-k keeps exactly k tokens, ties by the lower id", "[model][sampler][statistics]") {
     const std::vector<double> x = {1.5, -0.25, 2.0, 0.75, 2.0, -1.0, kSamplerNaN, 0.125, -kSamplerInf, 1.0};
     // The three largest: 2 and 4 (2.0), then 0 (1.5).
-    sampler_check_distribution(sampler_options(1.5, 3, 1.0, 41), sampler_reference_logits<float>(),
+    sampler_check_distribution(SamplingOptions{1.5, 3, 1.0, 41}, sampler_reference_logits<float>(),
                                sampler_softmax_over(x, 1.5, {2, 4, 0}));
     // Three of {3, 2, 3, 2, 1}: 1 and 3 (3), then 2 of the tied 2 and 4 (the lower id), never 4.
     const std::vector<double> tied = {1.0, 3.0, 2.0, 3.0, 2.0};
     const Vector<double> tied_logits = Eigen::Map<const Vector<double>>(tied.data(), 5);
-    sampler_check_distribution(sampler_options(1.0, 3, 1.0, 42), tied_logits, sampler_softmax_over(tied, 1.0, {1, 3, 2}));
+    sampler_check_distribution(SamplingOptions{1.0, 3, 1.0, 42}, tied_logits, sampler_softmax_over(tied, 1.0, {1, 3, 2}));
     // k past the vocabulary keeps everything.
-    sampler_check_distribution(sampler_options(1.0, 50, 1.0, 43), tied_logits,
+    sampler_check_distribution(SamplingOptions{1.0, 50, 1.0, 43}, tied_logits,
                                sampler_softmax_over(tied, 1.0, {0, 1, 2, 3, 4}));
 }
 
@@ -323,16 +314,16 @@ TEST_CASE("sampler: top-p keeps the smallest most probable set reaching top_p", 
     // t = 2, top_p = 0.85: 2, 4, 0, 9, 3, 7 (they hold 0.85 only with 7: 0.807 without it).
     const std::vector<Index> kept = {2, 4, 0, 9, 3, 7};
     sampler_check_top_p_set(x, 2.0, finite, kept, 0.85);
-    sampler_check_distribution(sampler_options(2.0, 0, 0.85, 51), sampler_reference_logits<float>(),
+    sampler_check_distribution(SamplingOptions{2.0, 0, 0.85, 51}, sampler_reference_logits<float>(),
                                sampler_softmax_over(x, 2.0, kept));
     // t = 1, top_p = 0.5: 2 and 4 (0.280 each): the tie does not cut the set at the lower id.
     sampler_check_top_p_set(x, 1.0, finite, {2, 4}, 0.5);
-    sampler_check_distribution(sampler_options(1.0, 0, 0.5, 52), sampler_reference_logits<double>(),
+    sampler_check_distribution(SamplingOptions{1.0, 0, 0.5, 52}, sampler_reference_logits<double>(),
                                sampler_softmax_over(x, 1.0, {2, 4}));
     // All three: t = 0.9, top-k 6 leaves 2, 4, 0, 9, 3, 7; top-p 0.7 over their softmax keeps 2, 4, 0.
     const std::vector<Index> top_6 = {2, 4, 0, 9, 3, 7};
     sampler_check_top_p_set(x, 0.9, top_6, {2, 4, 0}, 0.7);
-    sampler_check_distribution(sampler_options(0.9, 6, 0.7, 53), sampler_reference_logits<float>(),
+    sampler_check_distribution(SamplingOptions{0.9, 6, 0.7, 53}, sampler_reference_logits<float>(),
                                sampler_softmax_over(x, 0.9, {2, 4, 0}));
 }
 
@@ -340,11 +331,11 @@ TEST_CASE("sampler: infinite and NaN logits", "[model][sampler][nan]") {
     // +infinity tokens share all the probability (the softmax's limit); NaN and the rest get none.
     Vector<double> logits(5);
     logits << kSamplerInf, 0.0, kSamplerInf, kSamplerNaN, -kSamplerInf;
-    sampler_check_distribution(sampler_options(1.0, 0, 1.0, 61), logits, {0.5, 0.0, 0.5, 0.0, 0.0});
+    sampler_check_distribution(SamplingOptions{1.0, 0, 1.0, 61}, logits, {0.5, 0.0, 0.5, 0.0, 0.0});
     // top_k 2 keeps both (ties by id: 0, 2); top_p 0.3 then keeps the first alone.
-    sampler_check_distribution(sampler_options(0.5, 2, 0.3, 62), logits, {1.0, 0.0, 0.0, 0.0, 0.0});
+    sampler_check_distribution(SamplingOptions{0.5, 2, 0.3, 62}, logits, {1.0, 0.0, 0.0, 0.0, 0.0});
     // Nothing to draw from: every logit NaN or -infinity.
-    Sampler sampler(sampler_options(1.0, 0, 1.0, 63), 3);
+    Sampler sampler(SamplingOptions{1.0, 0, 1.0, 63}, 3);
     const Vector<double> none = (Vector<double>(3) << kSamplerNaN, -kSamplerInf, kSamplerNaN).finished();
     CHECK_ERROR(Error, sampler.sample(none), "Sampler::sample: every logit is NaN or -infinity");
     CHECK_ERROR(Error, sampler.sample(Vector<float>::Constant(3, std::numeric_limits<float>::quiet_NaN())),

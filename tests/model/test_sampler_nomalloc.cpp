@@ -29,12 +29,7 @@ TEMPLATE_TEST_CASE("choosing a token allocates nothing after the sampler is made
     for (const Case& c : {Case{0.0, 0, 1.0}, Case{0.8, 0, 1.0}, Case{0.8, 40, 1.0}, Case{0.8, 0, 0.9},
                           Case{1.3, 100, 0.95}, Case{1.0, vocab + 1, 0.5}}) {
         INFO("temperature " << c.temperature << ", top_k " << c.top_k << ", top_p " << c.top_p);
-        SamplingOptions options;
-        options.temperature = c.temperature;
-        options.top_k = c.top_k;
-        options.top_p = c.top_p;
-        options.seed = 9;
-        Sampler sampler(options, vocab);
+        Sampler sampler(SamplingOptions{c.temperature, c.top_k, c.top_p, 9}, vocab);
         std::vector<Index> tokens;
         tokens.reserve(30);
         const Vector<T> column = logits.row(2).transpose();

@@ -44,7 +44,8 @@
 
 namespace diffattn {
 
-/// How to choose each next token. The defaults are greedy decoding.
+/// How to choose each next token. The defaults are greedy decoding. An aggregate:
+/// `SamplingOptions{temperature, top_k, top_p, seed}`.
 struct SamplingOptions {
     /// Divides the logits before the softmax (> 0), or 0: greedy, the largest logit (argmax_token).
     /// Finite and >= 0.
