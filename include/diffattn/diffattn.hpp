@@ -54,8 +54,8 @@
 #include "diffattn/layers/shared_diff.hpp"
 #include "diffattn/layers/swiglu.hpp"
 
-// model: config, decoder layer, decoder model (docs/math.md §4-5), model-file tensors, KV cache, logit
-// ranking and greedy generation (docs/math.md §6)
+// model: config, decoder layer, decoder model (docs/math.md §4-5), KV cache, logit
+// ranking, generation (docs/math.md §6) and the token sampler; released checkpoints' configs
 #include "diffattn/model/checkpoint_config.hpp"
 #include "diffattn/model/config.hpp"
 #include "diffattn/model/config_json.hpp"
@@ -66,3 +66,4 @@
 #include "diffattn/model/generation_config.hpp"
 #include "diffattn/model/kv_cache.hpp"
 #include "diffattn/model/logit_ranking.hpp"
+#include "diffattn/model/sampler.hpp"

@@ -13,6 +13,7 @@
 #include "diffattn/model/generate.hpp"
 #include "diffattn/model/generation_config.hpp"
 #include "diffattn/model/logit_ranking.hpp"
+#include "diffattn/model/sampler.hpp"
 #include "diffattn/text/tokenizer.hpp"
 
 #include <catch2/catch.hpp>
@@ -574,6 +575,45 @@ TEST_CASE("NaN logits in a ranking or greedy generation", "[catalogue][nan]") {
     DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 4);
     for (Index v = 0; v < 32; v += 2) model.lm_head.row(v).setConstant(nan);
     for (Token id : generate(model, {1, 2, 3}, 6)) CHECK(id % 2 == 1);
+}
+
+TEST_CASE("bad sampling options", "[catalogue][options]") {
+    SamplingOptions o;
+    o.temperature = -0.5;
+    CHECK_ERROR(OptionError, check_sampling_options(o),
+                "SamplingOptions: temperature must be finite and >= 0 (0 = greedy), got -0.5");
+    o.temperature = std::numeric_limits<double>::quiet_NaN();
+    CHECK_ERROR(OptionError, Sampler(o, 32), "temperature must be finite and >= 0", "got nan");
+    o = {};
+    o.top_k = -3;
+    CHECK_ERROR(OptionError, Sampler(o, 32), "top_k must be >= 0 (0 = off), got -3");
+    o = {};
+    o.top_p = 0.0;
+    CHECK_ERROR(OptionError, Sampler(o, 32), "top_p must be in (0, 1] (1 = off), got 0");
+    o.top_p = 1.5;
+    CHECK_ERROR(OptionError, check_sampling_options(o), "top_p must be in (0, 1] (1 = off), got 1.5");
+}
+
+TEST_CASE("logits a sampler cannot draw from", "[catalogue][nan]") {
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    SamplingOptions o;
+    o.temperature = 1.0;
+    Sampler sampler(o, 32);
+    CHECK_ERROR(ShapeError, sampler.sample(Vector<float>::Zero(31)),
+                "Sampler::sample: logits has 31 entries but the vocabulary has 32");
+    Vector<float> logits = Vector<float>::Constant(32, nan);
+    logits.tail(8).setConstant(-inf);
+    CHECK_ERROR(Error, sampler.sample(logits),
+                "Sampler::sample: every logit is NaN or -infinity, so there is no distribution to sample from");
+    Sampler greedy(SamplingOptions{}, 32);
+    CHECK(greedy.sample(logits) == 24);  // the first -Inf: argmax_token ranks it before every NaN
+    CHECK(greedy.sample(Vector<float>::Constant(32, nan)) == 0);
+    logits(5) = 0.0f;
+    logits(9) = 0.0f;
+    for (int i = 0; i < 50; ++i) {
+        const Index id = sampler.sample(logits);
+        CHECK((id == 5 || id == 9));
+    }
 }
 
 TEST_CASE("invalid kernel options", "[catalogue][options]") {
