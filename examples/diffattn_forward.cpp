@@ -13,6 +13,13 @@
 //                                              printed as one line "generated: <id> <id> ...";
 //                                              stops early at the model's end-of-sequence ids
 //   diffattn-forward --generate 16 --no-cache  the same, recomputing the full forward every step
+//   diffattn-forward --model DIR --prompt "Hello" --generate 16
+//                                              text in (DIR/tokenizer.json), the continuation printed
+//                                              as text token by token as it is produced
+//   diffattn-forward --model DIR --prompt "Hello" --tokenize
+//                                              only the prompt's ids: "tokens: <id> <id> ..."
+//   --temperature 0.8 --top-k 40 --top-p 0.95 --seed 7
+//                                              sample instead of greedy (model/sampler.hpp)
 //
 // The embedded demo model is a DINT Transformer (the family's flagship) with seeded weights
 // (init_parameters_uniform, seed 1234), the same on every platform:
@@ -31,6 +38,11 @@
 #include "diffattn/model/generation_config.hpp"
 #include "diffattn/model/kv_cache.hpp"
 #include "diffattn/model/logit_ranking.hpp"
+#include "diffattn/model/sampler.hpp"
+#if defined(DIFFATTN_WITH_TOKENIZER)
+#include "diffattn/text/streaming_decoder.hpp"
+#include "diffattn/text/tokenizer.hpp"
+#endif
 
 #include <algorithm>
 #include <charconv>
@@ -80,14 +92,19 @@ struct Options {
     std::optional<std::string> logits_path;
     int threads = 1;
     bool use_double = false;
-    int generate = 0;       // --generate K: tokens to generate greedily (0: none)
-    bool use_cache = true;  // --no-cache: full recompute at every generation step
+    std::optional<std::string> prompt;  // --prompt TEXT: tokenized with DIR/tokenizer.json
+    bool tokenize_only = false;         // --tokenize: print the prompt's ids and exit
+    int generate = 0;                   // --generate K: tokens to generate (0: none)
+    bool use_cache = true;              // --no-cache: full recompute at every generation step
+    SamplingOptions sampling;           // --temperature, --top-k, --top-p, --seed (greedy by default)
+    std::vector<std::string> sampling_flags;  // the sampling flags given, for the checks
 };
 
 void print_help(std::ostream& out) {
-    out << "usage: diffattn-forward [--model DIR] [--tokens \"ID ID ...\"] [--logits FILE]\n"
-           "                        [--threads T] [--precision float|double]\n"
-           "                        [--generate K [--no-cache]] [--help]\n"
+    out << "usage: diffattn-forward [--model DIR] [--tokens \"ID ID ...\" | --prompt TEXT [--tokenize]]\n"
+           "                        [--logits FILE] [--threads T] [--precision float|double]\n"
+           "                        [--generate K [--no-cache] [--temperature X [--top-k K]\n"
+           "                        [--top-p P] [--seed S]]] [--help]\n"
            "\n"
            "Runs a differential-attention decoder (diffattn) over a token sequence and prints the\n"
            "configuration, the parameter count, the time and the top-5 next tokens.\n"
@@ -99,6 +116,14 @@ void print_help(std::ostream& out) {
            "                     (hidden_size 64, 4 heads, 2 kv heads, 2 layers, vocab 256).\n"
            "  --tokens \"...\"     token ids separated by spaces or commas. Default: the digits of\n"
            "                     pi in pairs, 3 14 15 92 65 35 89 79 ... (modulo vocab_size).\n"
+           "  --prompt TEXT      the input as text, tokenized with DIR/tokenizer.json (and\n"
+           "                     DIR/tokenizer_config.json) as Hugging Face's tokenizer does by\n"
+           "                     default, with the special tokens its post-processor adds (e.g.\n"
+           "                     <|begin_of_text|>); needs --model. With --generate the\n"
+           "                     continuation is also printed as text, token by token as it is\n"
+           "                     produced (special tokens and ids the tokenizer lacks left out).\n"
+           "  --tokenize         with --prompt: print only the ids, one line\n"
+           "                     \"tokens: <id> <id> ...\", and exit (the weights are not read).\n"
            "  --logits FILE      write the logits [tokens, vocab] as F32 tensor `logits` to a\n"
            "                     safetensors file.\n"
            "  --threads T        run attention heads on T threads (OpenMP builds; default 1).\n"
@@ -115,9 +140,17 @@ void print_help(std::ostream& out) {
            "                     models (add --no-cache).\n"
            "  --no-cache         with --generate: recompute the full forward over all tokens at\n"
            "                     every step instead (same tokens, slower).\n"
+           "  --temperature X    with --generate: sample each token from softmax(logits / X)\n"
+           "                     instead of taking the argmax; X > 0 (0, the default, is greedy).\n"
+           "  --top-k K          with --temperature: sample among the K most likely tokens only.\n"
+           "  --top-p P          with --temperature: sample among the fewest most likely tokens\n"
+           "                     whose probabilities add up to P, 0 < P <= 1 (nucleus sampling).\n"
+           "  --seed S           with --temperature: the seed of the sampler (default 5489); the\n"
+           "                     same seed, model and flags give the same tokens on every run.\n"
            "  --help             this text.\n"
            "\n"
-           "Integers are plain decimal digits (no sign, no spaces). Each flag may be given once.\n"
+           "Integers are plain decimal digits (no sign, no spaces); X and P are decimal numbers\n"
+           "(e.g. 0.8, 1e-3). Each flag may be given once.\n"
            "The top-5 list ranks the largest logit first, NaN logits last (ties: lower id first).\n"
            "\n"
            "Exit status: 0 on success, 2 for any error: a bad or repeated flag, a file,\n"
@@ -136,6 +169,22 @@ long long parse_integer(const std::string& what, const std::string& text, long l
     if (!digits || error != std::errc() || end != last || value < min || value > max) {
         throw UsageError{what + " needs an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
                          "], got \"" + text + "\""};
+    }
+    return value;
+}
+
+/// The number `text` of `what` in [min, max]: a whole decimal number ("0.8", "1e-3", no spaces, no
+/// "inf" or "nan").
+double parse_real(const std::string& what, const std::string& text, double min, double max) {
+    double value = 0;
+    const char* first = text.data();
+    const char* last = text.data() + text.size();
+    const bool plain = !text.empty() && text.find_first_not_of("0123456789.eE+-") == std::string::npos;
+    const auto [end, error] = std::from_chars(first, last, value);
+    if (!plain || error != std::errc() || end != last || !(value >= min && value <= max)) {
+        std::ostringstream range;
+        range << "[" << min << ", " << max << "]";
+        throw UsageError{what + " needs a number in " + range.str() + ", got \"" + text + "\""};
     }
     return value;
 }
@@ -170,11 +219,40 @@ Options parse_arguments(int argc, char** argv) {
             options.generate = static_cast<int>(parse_integer(flag, value(), 1, 1000000));
         } else if (flag == "--no-cache") {
             options.use_cache = false;
+        } else if (flag == "--prompt") {
+            options.prompt = value();
+        } else if (flag == "--tokenize") {
+            options.tokenize_only = true;
+        } else if (flag == "--temperature") {
+            options.sampling.temperature = parse_real(flag, value(), 0.0, 1e6);
+        } else if (flag == "--top-k") {
+            options.sampling.top_k = static_cast<Index>(parse_integer(flag, value(), 1, 2147483647));
+            options.sampling_flags.push_back(flag);
+        } else if (flag == "--top-p") {
+            options.sampling.top_p = parse_real(flag, value(), 0.0, 1.0);
+            options.sampling_flags.push_back(flag);
+        } else if (flag == "--seed") {
+            options.sampling.seed = static_cast<std::uint64_t>(parse_integer(flag, value(), 0, 9223372036854775807LL));
+            options.sampling_flags.push_back(flag);
         } else {
             throw UsageError{"unknown argument \"" + flag + "\""};
         }
     }
     if (!options.use_cache && options.generate == 0) throw UsageError{"--no-cache needs --generate K"};
+    if (options.prompt && options.tokens_text) throw UsageError{"--prompt and --tokens both give the input; give one"};
+    if (options.prompt && !options.model_dir) {
+        throw UsageError{"--prompt needs --model DIR (the tokenizer is DIR/tokenizer.json)"};
+    }
+    if (options.tokenize_only && !options.prompt) throw UsageError{"--tokenize needs --prompt TEXT"};
+    if (seen.count("--temperature") != 0 && options.generate == 0) throw UsageError{"--temperature needs --generate K"};
+    for (const std::string& flag : options.sampling_flags) {
+        if (options.sampling.greedy()) throw UsageError{flag + " needs --temperature X > 0 (greedy decoding takes the argmax)"};
+    }
+    try {
+        check_sampling_options(options.sampling);
+    } catch (const OptionError& e) {
+        throw UsageError{e.what()};
+    }
     return options;
 }
 
@@ -193,8 +271,56 @@ std::vector<Token> parse_tokens(const std::string& text, Index vocab_size) {
     return tokens;
 }
 
+#if defined(DIFFATTN_WITH_TOKENIZER)
+using text::StreamingDecoder;
+using text::Tokenizer;
+#else
+/// Stands in for the tokenizer in a build without PCRE2: --prompt says what is missing.
+struct Tokenizer {
+    static Tokenizer load(const std::string&) {
+        throw UsageError{"--prompt: this diffattn-forward was built without the tokenizer (PCRE2, libpcre2-dev)"};
+    }
+    std::vector<Token> encode(const std::string&) const { return {}; }
+};
+#endif
+
+/// The ids of `--prompt` by DIR/tokenizer.json, as Hugging Face's tokenizer gives them by default.
+std::vector<Token> prompt_tokens(const Tokenizer& tokenizer, const std::string& prompt) {
+    const auto ids = tokenizer.encode(prompt);
+    if (ids.empty()) throw UsageError{"--prompt: the text gives no tokens"};
+    return std::vector<Token>(ids.begin(), ids.end());
+}
+
+/// Prints generated ids as text as they come (--prompt): only complete UTF-8 characters, special
+/// tokens and ids the tokenizer does not have left out (as Hugging Face's decode skips them).
+class TextStream {
+public:
+#if defined(DIFFATTN_WITH_TOKENIZER)
+    explicit TextStream(const std::optional<Tokenizer>& tokenizer) {
+        if (tokenizer) decoder_.emplace(*tokenizer, /*skip_special_tokens=*/true), tokenizer_ = &*tokenizer;
+    }
+    bool active() const { return decoder_.has_value(); }
+    void push(Token id) {
+        if (!decoder_ || !tokenizer_->id_to_token(static_cast<std::int32_t>(id))) return;
+        std::cout << decoder_->push(static_cast<std::int32_t>(id)) << std::flush;
+    }
+    void finish() {
+        if (decoder_) std::cout << decoder_->finish() << "\n";
+    }
+
+private:
+    std::optional<StreamingDecoder> decoder_;
+    const Tokenizer* tokenizer_ = nullptr;
+#else
+    explicit TextStream(const std::optional<Tokenizer>&) {}
+    bool active() const { return false; }
+    void push(Token) {}
+    void finish() {}
+#endif
+};
+
 template <typename T>
-int run(const Options& options) {
+int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const std::vector<Token>& prompt_ids) {
     // 1. The model.
     std::vector<std::string> warnings;
     const DecoderModel<T> model = options.model_dir ? DecoderModel<T>::load(*options.model_dir, &warnings)
@@ -206,6 +332,15 @@ int run(const Options& options) {
     std::vector<Token> tokens;
     if (options.tokens_text) {
         tokens = parse_tokens(*options.tokens_text, config.vocab_size);
+    } else if (options.prompt) {
+        tokens = prompt_ids;
+        for (std::size_t i = 0; i < tokens.size(); ++i) {
+            if (tokens[i] >= config.vocab_size) {
+                throw UsageError{"--prompt: token " + std::to_string(i) + " of the text is id " + std::to_string(tokens[i]) +
+                                 ", outside the model's vocabulary [0, " + std::to_string(config.vocab_size) +
+                                 "): tokenizer.json and the model do not belong together"};
+            }
+        }
     } else {
         for (Token t : kDefaultTokens) tokens.push_back(static_cast<Token>(t % config.vocab_size));
     }
@@ -235,8 +370,9 @@ int run(const Options& options) {
 #if !defined(DIFFATTN_HAS_OPENMP)
     if (single_threaded_build) std::cout << "note: built without OpenMP, running on 1 thread\n";
 #endif
-    std::cout << "threads: " << threads << "\n"
-              << "tokens (" << n << "):";
+    std::cout << "threads: " << threads << "\n";
+    if (options.prompt) std::cout << "prompt: " << *options.prompt << "\n";
+    std::cout << "tokens (" << n << "):";
     for (Token t : tokens) std::cout << " " << t;
     std::cout << "\n";
 
@@ -262,22 +398,41 @@ int run(const Options& options) {
         std::cout << "wrote logits [" << n << ", " << config.vocab_size << "] to " << *options.logits_path << "\n";
     }
 
-    // 7. Optionally greedy generation, with the KV cache (prefill + one decode call per token) or
-    //    with a full forward at every step.
+    // 7. Optionally generation (greedy, or sampled: model/sampler.hpp), with the KV cache
+    //    (prefill + one decode call per token) or with a full forward at every step.
     if (options.generate > 0) {
-        const Index count = options.generate;
-        if (options.use_cache) {
-            std::cout << "generation: " << count << " tokens, greedy, KV cache of " << KvCache<T>::bytes_per_token(config)
-                      << " bytes per token (" << static_cast<std::uint64_t>(KvCache<T>::bytes(config, n + count - 1))
-                      << " bytes for " << n + count - 1 << " tokens)\n";
-        } else {
-            std::cout << "generation: " << count << " tokens, greedy, full forward at every step (--no-cache)\n";
-        }
+        GenerationOptions generation;
+        generation.max_new_tokens = options.generate;
+        generation.use_cache = options.use_cache;
+        generation.threads = threads;
         // A checkpoint's end-of-sequence ids (generation_config.json, else config.json) end it early.
-        const std::vector<Token> eos = options.model_dir ? read_eos_token_ids(*options.model_dir) : std::vector<Token>{};
+        if (options.model_dir) generation.stop_tokens = read_eos_token_ids(*options.model_dir);
+        const Index count = generation.max_new_tokens;
+        const SamplingOptions& sampling = options.sampling;
+        std::ostringstream how;
+        if (sampling.greedy()) {
+            how << "greedy";
+        } else {
+            how << "sampled (temperature " << sampling.temperature << ", top-k " << sampling.top_k << ", top-p "
+                << sampling.top_p << ", seed " << sampling.seed << ")";
+        }
+        if (options.use_cache) {
+            std::cout << "generation: " << count << " tokens, " << how.str() << ", KV cache of "
+                      << KvCache<T>::bytes_per_token(config) << " bytes per token ("
+                      << static_cast<std::uint64_t>(KvCache<T>::bytes(config, n + count - 1)) << " bytes for "
+                      << n + count - 1 << " tokens)\n";
+        } else {
+            std::cout << "generation: " << count << " tokens, " << how.str() << ", full forward at every step (--no-cache)\n";
+        }
+        Sampler sampler(sampling, config.vocab_size);
+        TextStream text(tokenizer);
+        if (text.active()) std::cout << "continuation: " << std::flush;
         const auto begin = std::chrono::steady_clock::now();
-        const std::vector<Token> generated = generate(model, tokens, count, options.use_cache, threads, eos);
+        const std::vector<Token> generated = generate(
+            model, tokens, generation, [&](const auto& row) { return sampler.sample(row); },
+            [&](Token id) { text.push(id); });
         const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+        text.finish();
         std::cout << "generated:";
         for (Token t : generated) std::cout << " " << t;
         std::cout << "\n";
@@ -298,7 +453,21 @@ int run(const Options& options) {
 int main(int argc, char** argv) {
     try {
         const Options options = parse_arguments(argc, argv);
-        return options.use_double ? run<double>(options) : run<float>(options);
+        // The prompt is tokenized before the weights are read: --tokenize needs only tokenizer.json.
+        std::optional<Tokenizer> tokenizer;
+        std::vector<Token> prompt_ids;
+        if (options.prompt) {
+            tokenizer.emplace(Tokenizer::load(*options.model_dir));
+            prompt_ids = prompt_tokens(*tokenizer, *options.prompt);
+            if (options.tokenize_only) {
+                std::cout << "tokens:";
+                for (Token t : prompt_ids) std::cout << " " << t;
+                std::cout << "\n";
+                return 0;
+            }
+        }
+        return options.use_double ? run<double>(options, tokenizer, prompt_ids)
+                                  : run<float>(options, tokenizer, prompt_ids);
     } catch (const UsageError& e) {
         std::cerr << "diffattn-forward: " << e.message << "\n(see diffattn-forward --help)\n";
         return 2;

@@ -5,15 +5,20 @@
 //
 // Not named test_*.cpp: examples/CMakeLists.txt builds it (it needs the program's path), when
 // both the examples and the tests are built.
+#include "../model/golden_files.hpp"
 #include "../model/model_files.hpp"
 
+#include "diffattn/io/safetensors.hpp"
+
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -209,4 +214,125 @@ TEST_CASE("diffattn-forward: --generate with the cache on an encoder exits 2 bef
 TEST_CASE("diffattn-forward: a file error while writing exits 2", "[examples][cli]") {
     model_test::TempDir dir;
     check_refused(run_forward({"--logits", dir.path().string()}), {"write_safetensors", dir.path().string().c_str()});
+}
+
+namespace {
+
+const fs::path kTextCheckpoint = fs::path(DIFFATTN_TEST_DATA_DIR) / "checkpoints" / "diffllama_text";
+
+/// The rest of the first line of `out` that starts with `prefix`, or nothing.
+std::optional<std::string> line_after(const std::string& out, const std::string& prefix) {
+    std::istringstream in(out);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.compare(0, prefix.size(), prefix) == 0) return line.substr(prefix.size());
+    }
+    return std::nullopt;
+}
+
+/// The ids of the line "<prefix> <id> <id> ...".
+std::vector<Token> printed_ids(const std::string& out, const std::string& prefix) {
+    std::vector<Token> ids;
+    const std::optional<std::string> line = line_after(out, prefix);
+    if (!line) return ids;
+    std::istringstream words(*line);
+    Token id = 0;
+    while (words >> id) ids.push_back(id);
+    return ids;
+}
+
+}  // namespace
+
+TEST_CASE("diffattn-forward: --tokenize gives the JavaScript reference's ids", "[examples][cli][text]") {
+    // Every corpus text of tests/data/text/tokenizer_goldens.json (ids by @huggingface/tokenizers,
+    // with the post-processor's <|begin_of_text|>) through the checkpoint's own tokenizer.json.
+    std::ifstream in(fs::path(DIFFATTN_TEST_DATA_DIR) / "text" / "tokenizer_goldens.json");
+    const nlohmann::json goldens = nlohmann::json::parse(in);
+    int checked = 0;
+    for (const nlohmann::json& c : goldens.at("cases")) {
+        const std::string text = c.at("text");
+        if (text.empty() || !c.at("expected").contains("tiny_llama3")) continue;
+        INFO("case " << c.at("name").get<std::string>());
+        const Run run = run_forward({"--model", kTextCheckpoint.string(), "--prompt", text, "--tokenize"});
+        REQUIRE(run.status == 0);
+        const auto expected = c.at("expected").at("tiny_llama3").at("with_special").get<std::vector<Token>>();
+        CHECK(printed_ids(run.out, "tokens:") == expected);
+        CHECK(std::count(run.out.begin(), run.out.end(), '\n') == 1);  // the one line, nothing else
+        ++checked;
+    }
+    CHECK(checked >= 40);
+}
+
+TEST_CASE("diffattn-forward: --prompt generates the golden continuation, as ids and as text",
+          "[examples][cli][text]") {
+    const SafetensorsFile golden(kTextCheckpoint / "golden.safetensors");
+    const std::string prompt = golden.metadata().at("prompt_text");
+    const Vector<double> generated = golden.vector<double>("generated");
+    std::vector<Token> expected;
+    for (Index i = 0; i < generated.size(); ++i) expected.push_back(static_cast<Token>(generated(i)));
+    const std::vector<Token> prompt_ids = model_test::golden_tokens(golden, "tokens");
+
+    const Run run = run_forward({"--model", kTextCheckpoint.string(), "--prompt", prompt, "--generate",
+                                 std::to_string(expected.size())});
+    INFO("stdout: " << run.out << "\nstderr: " << run.err);
+    REQUIRE(run.status == 0);
+    CHECK(line_after(run.out, "prompt: ") == prompt);
+    CHECK(printed_ids(run.out, "generated:") == expected);
+    // The reference's own byte-level decoding of the golden ids (tools/make_checkpoint_goldens.py).
+    CHECK(line_after(run.out, "continuation: ") == golden.metadata().at("generated_text"));
+    // The same ids given as --tokens continue the same way.
+    std::string ids;
+    for (Token t : prompt_ids) ids += std::to_string(t) + " ";
+    const Run by_ids = run_forward({"--model", kTextCheckpoint.string(), "--tokens", ids, "--generate",
+                                    std::to_string(expected.size())});
+    CHECK(printed_ids(by_ids.out, "generated:") == expected);
+}
+
+TEST_CASE("diffattn-forward: sampling is repeatable by seed and greedy at top-k 1", "[examples][cli][sampling]") {
+    const std::string dir = kTextCheckpoint.string();
+    const auto sampled = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args = {"--model", dir, "--tokens", "810 553 326", "--generate", "24"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        const Run run = run_forward(args);
+        INFO("stderr: " << run.err);
+        REQUIRE(run.status == 0);
+        return printed_ids(run.out, "generated:");
+    };
+    const std::vector<Token> greedy = sampled({});
+    const std::vector<Token> a = sampled({"--temperature", "1.5", "--seed", "7"});
+    CHECK(a.size() == 24);
+    CHECK(sampled({"--temperature", "1.5", "--seed", "7"}) == a);
+    CHECK(sampled({"--temperature", "1.5", "--seed", "8"}) != a);
+    CHECK(a != greedy);
+    CHECK(sampled({"--temperature", "3", "--top-k", "1", "--seed", "9"}) == greedy);
+    CHECK(sampled({"--temperature", "3", "--top-p", "1e-9", "--seed", "9"}) == greedy);
+    CHECK(sampled({"--temperature", "0.7", "--top-k", "40", "--top-p", "0.9", "--no-cache", "--seed", "7"}) ==
+          sampled({"--temperature", "0.7", "--top-k", "40", "--top-p", "0.9", "--seed", "7"}));
+}
+
+TEST_CASE("diffattn-forward: bad text and sampling flags exit 2 with a message", "[examples][cli][text]") {
+    const std::string dir = kTextCheckpoint.string();
+    check_refused(run_forward({"--prompt", "hi"}), {"--prompt needs --model DIR"});
+    check_refused(run_forward({"--model", dir, "--tokenize"}), {"--tokenize needs --prompt"});
+    check_refused(run_forward({"--model", dir, "--prompt", "hi", "--tokens", "1 2"}), {"--prompt and --tokens"});
+    check_refused(run_forward({"--model", dir, "--tokens", "1", "--generate", "2", "--top-k", "3"}),
+                  {"--top-k needs --temperature"});
+    check_refused(run_forward({"--model", dir, "--tokens", "1", "--temperature", "0.5"}),
+                  {"--temperature needs --generate"});
+    for (const char* bad : {"nan", "inf", "-1", "0.5x", "", " 1", "1e999"}) {
+        INFO("--temperature \"" << bad << "\"");
+        check_refused(run_forward({"--model", dir, "--tokens", "1", "--generate", "2", "--temperature", bad}),
+                      {"--temperature needs a number"});
+    }
+    check_refused(run_forward({"--model", dir, "--tokens", "1", "--generate", "2", "--temperature", "1", "--top-p", "0"}),
+                  {"top_p must be in (0, 1]"});
+    // A checkpoint without tokenizer.json: the message names the file.
+    const fs::path no_tokenizer = fs::path(DIFFATTN_TEST_DATA_DIR) / "checkpoints" / "diffllama_mha_f32";
+    check_refused(run_forward({"--model", no_tokenizer.string(), "--prompt", "hi"}), {"tokenizer.json", "no such file"});
+    // Ids the model's vocabulary does not have: tokenizer and model do not belong together.
+    model_test::TempDir mismatch;
+    for (const auto& entry : fs::directory_iterator(no_tokenizer)) fs::copy(entry.path(), mismatch.path());
+    fs::copy(kTextCheckpoint / "tokenizer.json", mismatch.path());
+    check_refused(run_forward({"--model", mismatch.path().string(), "--prompt", "hi"}),
+                  {"outside the model's vocabulary", "do not belong together"});
 }
