@@ -230,7 +230,8 @@ Data: the {ntok} ids of the whole text by @huggingface/tokenizers (`<|begin_of_t
 `tools/checkpoint_reference.py` itself (the code the C++ reader's goldens come from), float64
 Adam, lr {lr} (warm-up {warmup} steps, cosine to {lr_min}), gradient norm clipped at 1. {steps} steps of
 {batch} windows of {window} tokens (the one at the start of the text and {batch_minus} at random
-offsets). Training took {minutes:.1f} minutes on one thread.
+offsets). Training took {minutes:.1f} minutes of wall time on one thread (a shared 2-core
+machine: the time varies with its load).
 
 Loss of the last step (float64, before rounding to F32) {last_loss:.4f}; over the whole text (each token once, teacher
 forcing): cross-entropy {ce:.4f} nats per token, argmax right for {acc:.1%} of the {count} tokens.
