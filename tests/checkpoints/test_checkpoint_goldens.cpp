@@ -1,7 +1,8 @@
 // Released DiffLlama and Motif checkpoints (docs/checkpoints.md) read unchanged from the golden
 // directories of tests/data/checkpoints (tools/make_checkpoint_goldens.py: float64 logits and
 // greedy continuations from the independent transcription tools/checkpoint_reference.py, never
-// from this code): logits in double and float, greedy continuations with and without the KV cache
+// from this code) and from the README's demo model models/diffllama_tiny_text (a DiffLlama trained
+// by tools/train_text_demo.py, its golden by the same transcription): logits in double and float, greedy continuations with and without the KV cache
 // stopping at generation_config.json's end-of-sequence ids, the step logits of a cached decode,
 // and feeding the sequence token by token and in chunks. Prints the largest difference per
 // directory, as test_golden_models does for our own format.
@@ -65,15 +66,26 @@ Continuation read_continuation(const std::filesystem::path& dir) {
 
 const char* precision_name(bool is_double) { return is_double ? "double" : "float"; }
 
+/// The README's demo model: a trained DiffLlama in the Hub layout with a golden of the same form.
+std::filesystem::path demo_model_dir() { return std::filesystem::path(DIFFATTN_MODELS_DIR) / "diffllama_tiny_text"; }
+
+/// Every directory this file checks against its golden: tests/data/checkpoints' and the demo model.
+std::vector<std::filesystem::path> golden_dirs() {
+    std::vector<std::filesystem::path> dirs = checkpoint_golden_dirs();
+    dirs.push_back(demo_model_dir());
+    return dirs;
+}
+
 }  // namespace
 
 TEST_CASE("released checkpoints: the golden directories are present", "[checkpoints][golden]") {
     CHECK(checkpoint_golden_dirs().size() == 7);
+    CHECK(std::filesystem::exists(demo_model_dir() / "golden.safetensors"));
 }
 
 TEMPLATE_TEST_CASE("released checkpoints: logits match the golden files", "[checkpoints][golden]", double, float) {
     using T = TestType;
-    for (const std::filesystem::path& dir : checkpoint_golden_dirs()) {
+    for (const std::filesystem::path& dir : golden_dirs()) {
         const std::string name = dir.filename().string();
         INFO("checkpoint " << name << " (" << precision_name(std::is_same_v<T, double>) << ")");
         std::vector<std::string> warnings;
@@ -106,7 +118,7 @@ TEMPLATE_TEST_CASE("released checkpoints: logits match the golden files", "[chec
 TEMPLATE_TEST_CASE("released checkpoints: greedy generation stops at generation_config.json's eos",
                    "[checkpoints][golden][generate]", double, float) {
     using T = TestType;
-    for (const std::filesystem::path& dir : checkpoint_golden_dirs()) {
+    for (const std::filesystem::path& dir : golden_dirs()) {
         INFO("checkpoint " << dir.filename().string());
         const DecoderModel<T> model = DecoderModel<T>::load(dir);
         const model_test::Golden golden = model_test::read_golden(dir);
@@ -139,7 +151,7 @@ TEMPLATE_TEST_CASE("released checkpoints: greedy generation stops at generation_
 }
 
 TEST_CASE("released checkpoints: cached logits match the full forward", "[checkpoints][kv_cache]") {
-    for (const std::filesystem::path& dir : checkpoint_golden_dirs()) {
+    for (const std::filesystem::path& dir : golden_dirs()) {
         INFO("checkpoint " << dir.filename().string());
         const DecoderModel<double> model_d = DecoderModel<double>::load(dir);
         const DecoderModel<float> model_f = DecoderModel<float>::load(dir);
