@@ -69,6 +69,7 @@
 
 // analysis (optional, on top of the model): attention maps and their measures per layer, head and
 // row, streamed in O(N) memory (docs/analysis.md)
+#include "diffattn/analysis/analysis_result.hpp"
 #include "diffattn/analysis/analysis_rows.hpp"
 #include "diffattn/analysis/attention_analysis.hpp"
 #include "diffattn/analysis/head_rows.hpp"

@@ -269,15 +269,30 @@ TEST_CASE("the measure of a hand-made row", "[analysis]") {
     CHECK(entropy(p) == Approx(-2 * 0.25 * std::log(0.25) - 0.5 * std::log(0.5)));
 }
 
-TEST_CASE("the mean over rows and heads", "[analysis]") {
-    AnalysisResult r;
-    r.n_layers = 1, r.n_heads = 2, r.n_rows = 2;
-    r.figures.resize(4);
-    r.at(0, 0, 0).measure.answer = 1, r.at(0, 0, 1).measure.answer = 0.5;
-    r.at(0, 1, 0).measure.answer = 0, r.at(0, 1, 1).measure.answer = 0.5;
-    CHECK(r.mean_over_rows(0, 0).measure.answer == Approx(0.75));
-    CHECK(r.mean_over_rows(0, 1).measure.answer == Approx(0.25));
-    CHECK(r.mean_over_rows(0).measure.answer == Approx(0.5));
+TEST_CASE("the mean over rows, heads and results", "[analysis]") {
+    AnalysisResult a;
+    a.n_layers = 1, a.n_heads = 2, a.n_rows = 2;
+    a.figures.resize(4);
+    a.at(0, 0, 0).measure.answer = 1, a.at(0, 0, 1).measure.answer = 0.5;
+    a.at(0, 1, 0).measure.answer = 0, a.at(0, 1, 1).measure.answer = 0.5;
+    AnalysisResult b = a;  // one more result of one row
+    b.n_rows = 1;
+    b.figures.resize(2);
+    b.at(0, 0, 0).measure.answer = 0.25, b.at(0, 1, 0).measure.answer = 1;
+    RowMeans means;
+    means.add(a);
+    CHECK(means.mean(0, 0).measure.answer == Approx(0.75));
+    CHECK(means.mean(0, 1).measure.answer == Approx(0.25));
+    CHECK(means.mean(0).measure.answer == Approx(0.5));
+    means.add(b);
+    CHECK(means.rows() == 3);
+    CHECK(means.mean(0, 0).measure.answer == Approx(1.75 / 3));  // every row weighs the same
+    CHECK(means.mean(0, 1).measure.answer == Approx(1.5 / 3));
+    CHECK(means.mean(0).measure.answer == Approx(3.25 / 6));
+    b.at(0, 1, 0).entropy_a2 = std::numeric_limits<double>::quiet_NaN();
+    means.add(b);
+    CHECK(std::isnan(means.mean(0, 1).entropy_a2));
+    CHECK(!std::isnan(means.mean(0, 0).entropy_a2));
 }
 
 TEST_CASE("analysis rows and spans are checked", "[analysis]") {

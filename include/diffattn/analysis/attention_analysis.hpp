@@ -17,6 +17,7 @@
 // another run of at most that size allocates nothing but the kept maps (tested).
 #pragma once
 
+#include "diffattn/analysis/analysis_result.hpp"
 #include "diffattn/analysis/analysis_rows.hpp"
 #include "diffattn/analysis/head_rows.hpp"
 #include "diffattn/analysis/row_measure.hpp"
@@ -29,65 +30,6 @@
 #include <vector>
 
 namespace diffattn::analysis {
-
-/// The figures of one (layer, head, row).
-struct HeadRowFigures {
-    RowMeasure measure;             ///< of the combined map (row sum, answer, noise, negatives)
-    double entropy_a1 = 0;          ///< entropy (nats) of softmax map 1 (softmax: the map)
-    double entropy_a2 = 0;          ///< of map 2; NaN for softmax
-    double entropy_integral = 0;    ///< of DINT's I when it is a softmax (causal_softmax); NaN otherwise
-    double weight = 0;              ///< lambda (diff, shared_diff, dint), the row's gate (diff_v2), 0 (softmax)
-};
-
-/// The full maps of one kept (layer, head, row), over the row's visible keys.
-struct KeptMaps {
-    Index layer = 0, head = 0;
-    Index row = 0;        ///< index into the asked rows
-    Index position = 0;   ///< the query row n
-    Vector<double> a1, a2, integral, combined;  ///< [visible]; a2 / integral empty when the kind has none
-};
-
-struct AnalysisResult {
-    Index n_layers = 0, n_heads = 0, n_rows = 0;
-    AttentionKind kind = AttentionKind::softmax;
-    std::vector<double> lambda;           ///< [layers] the layer's lambda as the kernels use it; NaN without one
-    std::vector<HeadRowFigures> figures;  ///< [layers x heads x rows], row fastest
-    std::vector<KeptMaps> maps;           ///< rows with keep_maps, by layer, head, row
-
-    const HeadRowFigures& at(Index layer, Index head, Index row) const {
-        return figures[static_cast<std::size_t>((layer * n_heads + head) * n_rows + row)];
-    }
-    HeadRowFigures& at(Index layer, Index head, Index row) {
-        return figures[static_cast<std::size_t>((layer * n_heads + head) * n_rows + row)];
-    }
-
-    /// The arithmetic mean over the rows (each row weighs the same) of every figure of (layer,
-    /// head); NaN figures make their mean NaN. heads == -1: also over the layer's heads.
-    HeadRowFigures mean_over_rows(Index layer, Index head = -1) const {
-        HeadRowFigures mean;
-        const Index first = head < 0 ? 0 : head, last = head < 0 ? n_heads : head + 1;
-        const double count = static_cast<double>((last - first) * n_rows);
-        const auto add = [&](double& to, double value) { to += value / count; };
-        mean.entropy_a1 = mean.entropy_a2 = mean.entropy_integral = mean.weight = 0;
-        for (Index h = first; h < last; ++h) {
-            for (Index r = 0; r < n_rows; ++r) {
-                const HeadRowFigures& f = at(layer, h, r);
-                add(mean.measure.row_sum, f.measure.row_sum);
-                add(mean.measure.answer, f.measure.answer);
-                add(mean.measure.noise, f.measure.noise);
-                add(mean.measure.negative_mass, f.measure.negative_mass);
-                add(mean.measure.negative_fraction, f.measure.negative_fraction);
-                add(mean.measure.answer_raw, f.measure.answer_raw);
-                add(mean.measure.noise_raw, f.measure.noise_raw);
-                add(mean.entropy_a1, f.entropy_a1);
-                add(mean.entropy_a2, f.entropy_a2);
-                add(mean.entropy_integral, f.entropy_integral);
-                add(mean.weight, f.weight);
-            }
-        }
-        return mean;
-    }
-};
 
 template <typename T>
 class AttentionAnalyzer {
