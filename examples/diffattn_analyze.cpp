@@ -17,6 +17,8 @@
 #include "diffattn/model/decoder_model.hpp"
 #include "diffattn/model/logit_ranking.hpp"
 
+#include "cli_support.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -39,11 +41,9 @@ namespace {
 using namespace diffattn;
 using namespace diffattn::analysis;
 namespace fs = std::filesystem;
-
-/// A command-line or episode-file problem: printed with the usage hint, exit status 2.
-struct UsageError {
-    std::string message;
-};
+using cli::parse_integer;
+using cli::parse_tokens;
+using cli::UsageError;  // a command-line or episode-file problem: exit status 2
 
 constexpr const char* kMeasure =
     "c = the combined map row over the keys the row may see; row_sum = sum c; answer = sum of c over "
@@ -89,18 +89,6 @@ void print_help(std::ostream& out) {
         << kMeasure << ".\nAveraging: " << kAveraging
         << ".\n\nExit status: 0 on success, 2 for any error (flags, files, spans or rows outside the\n"
            "sequence), before anything is written.\n";
-}
-
-long long parse_integer(const std::string& what, const std::string& text, long long min, long long max) {
-    long long value = 0;
-    const char* last = text.data() + text.size();
-    const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
-    const auto [end, error] = std::from_chars(text.data(), last, value);
-    if (!digits || error != std::errc() || end != last || value < min || value > max) {
-        throw UsageError{what + " needs an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
-                         "], got \"" + text + "\""};
-    }
-    return value;
 }
 
 std::vector<std::string> split(const std::string& text, char separator) {
@@ -152,21 +140,6 @@ Options parse_arguments(int argc, char** argv) {
     }
     if (o.set_name && !o.episodes_path) throw UsageError{"--set NAME needs --episodes"};
     return o;
-}
-
-std::vector<Token> parse_tokens(const std::string& text, Index vocab_size) {
-    std::string spaced = text;
-    std::replace(spaced.begin(), spaced.end(), ',', ' ');
-    std::istringstream in(spaced);
-    std::vector<Token> tokens;
-    std::string word;
-    while (in >> word) {
-        tokens.push_back(static_cast<Token>(
-            parse_integer("--tokens: token " + std::to_string(tokens.size()) + " (an id of the vocabulary)", word, 0,
-                          vocab_size - 1)));
-    }
-    if (tokens.empty()) throw UsageError{"--tokens: no token ids in \"" + text + "\""};
-    return tokens;
 }
 
 /// Positions of "12:15,20" (half-open spans and single positions) inside a sequence of n tokens.
@@ -436,20 +409,8 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    try {
+    return cli::run_main("diffattn-analyze", [&] {
         const Options options = parse_arguments(argc, argv);
         return options.use_double ? run<double>(options) : run<float>(options);
-    } catch (const UsageError& e) {
-        std::cerr << "diffattn-analyze: " << e.message << "\n(see diffattn-analyze --help)\n";
-        return 2;
-    } catch (const diffattn::Error& e) {
-        std::cerr << "diffattn-analyze: " << e.what() << "\n";
-        return 2;
-    } catch (const std::bad_alloc&) {
-        std::cerr << "diffattn-analyze: out of memory\n";
-        return 2;
-    } catch (const std::exception& e) {  // nlohmann's type errors in a malformed episodes file, among others
-        std::cerr << "diffattn-analyze: " << e.what() << "\n";
-        return 2;
-    }
+    });
 }

@@ -32,6 +32,8 @@
 #include "diffattn/model/kv_cache.hpp"
 #include "diffattn/model/logit_ranking.hpp"
 
+#include "cli_support.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -50,6 +52,9 @@
 namespace {
 
 using namespace diffattn;
+using cli::parse_integer;
+using cli::parse_tokens;
+using cli::UsageError;
 
 constexpr std::uint64_t kDemoSeed = 1234;
 
@@ -68,11 +73,6 @@ ModelConfig demo_config() {
     c.vocab_size = 256;
     return c;
 }
-
-/// A command-line problem: printed with the usage hint, exit status 2.
-struct UsageError {
-    std::string message;
-};
 
 struct Options {
     std::optional<std::string> model_dir;
@@ -125,21 +125,6 @@ void print_help(std::ostream& out) {
            "before anything is printed).\n";
 }
 
-/// The integer `text` of `what` in [min, max]: decimal digits only, no sign, no spaces (every
-/// integer of the command line goes through here, so all are read alike).
-long long parse_integer(const std::string& what, const std::string& text, long long min, long long max) {
-    long long value = 0;
-    const char* first = text.data();
-    const char* last = text.data() + text.size();
-    const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
-    const auto [end, error] = std::from_chars(first, last, value);
-    if (!digits || error != std::errc() || end != last || value < min || value > max) {
-        throw UsageError{what + " needs an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
-                         "], got \"" + text + "\""};
-    }
-    return value;
-}
-
 Options parse_arguments(int argc, char** argv) {
     Options options;
     std::set<std::string> seen;
@@ -176,21 +161,6 @@ Options parse_arguments(int argc, char** argv) {
     }
     if (!options.use_cache && options.generate == 0) throw UsageError{"--no-cache needs --generate K"};
     return options;
-}
-
-/// Token ids from "3 14 15" or "3,14,15"; each must be an integer in [0, vocab_size).
-std::vector<Token> parse_tokens(const std::string& text, Index vocab_size) {
-    std::string spaced = text;
-    std::replace(spaced.begin(), spaced.end(), ',', ' ');
-    std::istringstream in(spaced);
-    std::vector<Token> tokens;
-    std::string word;
-    while (in >> word) {
-        const std::string what = "--tokens: token " + std::to_string(tokens.size()) + " (an id of the vocabulary)";
-        tokens.push_back(static_cast<Token>(parse_integer(what, word, 0, vocab_size - 1)));
-    }
-    if (tokens.empty()) throw UsageError{"--tokens: no token ids in \"" + text + "\""};
-    return tokens;
 }
 
 template <typename T>
@@ -296,20 +266,8 @@ int run(const Options& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    try {
+    return cli::run_main("diffattn-forward", [&] {
         const Options options = parse_arguments(argc, argv);
         return options.use_double ? run<double>(options) : run<float>(options);
-    } catch (const UsageError& e) {
-        std::cerr << "diffattn-forward: " << e.message << "\n(see diffattn-forward --help)\n";
-        return 2;
-    } catch (const diffattn::Error& e) {  // model directory, config.json, tensor, sizes, output file
-        std::cerr << "diffattn-forward: " << e.what() << "\n";
-        return 2;
-    } catch (const std::bad_alloc&) {  // sizes are checked against the machine, but its memory may be in use
-        std::cerr << "diffattn-forward: out of memory\n";
-        return 2;
-    } catch (const std::exception& e) {
-        std::cerr << "diffattn-forward: " << e.what() << "\n";
-        return 2;
-    }
+    });
 }
