@@ -44,6 +44,8 @@
 #include "diffattn/text/tokenizer.hpp"
 #endif
 
+#include "cli_support.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -62,6 +64,10 @@
 namespace {
 
 using namespace diffattn;
+using cli::parse_integer;
+using cli::parse_real;
+using cli::parse_tokens;
+using cli::UsageError;
 
 constexpr std::uint64_t kDemoSeed = 1234;
 
@@ -80,11 +86,6 @@ ModelConfig demo_config() {
     c.vocab_size = 256;
     return c;
 }
-
-/// A command-line problem: printed with the usage hint, exit status 2.
-struct UsageError {
-    std::string message;
-};
 
 struct Options {
     std::optional<std::string> model_dir;
@@ -158,37 +159,6 @@ void print_help(std::ostream& out) {
            "before anything is printed).\n";
 }
 
-/// The integer `text` of `what` in [min, max]: decimal digits only, no sign, no spaces (every
-/// integer of the command line goes through here, so all are read alike).
-long long parse_integer(const std::string& what, const std::string& text, long long min, long long max) {
-    long long value = 0;
-    const char* first = text.data();
-    const char* last = text.data() + text.size();
-    const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
-    const auto [end, error] = std::from_chars(first, last, value);
-    if (!digits || error != std::errc() || end != last || value < min || value > max) {
-        throw UsageError{what + " needs an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
-                         "], got \"" + text + "\""};
-    }
-    return value;
-}
-
-/// The number `text` of `what` in [min, max]: a whole decimal number ("0.8", "1e-3", no spaces, no
-/// "inf" or "nan").
-double parse_real(const std::string& what, const std::string& text, double min, double max) {
-    double value = 0;
-    const char* first = text.data();
-    const char* last = text.data() + text.size();
-    const bool plain = !text.empty() && text.find_first_not_of("0123456789.eE+-") == std::string::npos;
-    const auto [end, error] = std::from_chars(first, last, value);
-    if (!plain || error != std::errc() || end != last || !(value >= min && value <= max)) {
-        std::ostringstream range;
-        range << "[" << min << ", " << max << "]";
-        throw UsageError{what + " needs a number in " + range.str() + ", got \"" + text + "\""};
-    }
-    return value;
-}
-
 Options parse_arguments(int argc, char** argv) {
     Options options;
     std::set<std::string> seen;
@@ -254,21 +224,6 @@ Options parse_arguments(int argc, char** argv) {
         throw UsageError{e.what()};
     }
     return options;
-}
-
-/// Token ids from "3 14 15" or "3,14,15"; each must be an integer in [0, vocab_size).
-std::vector<Token> parse_tokens(const std::string& text, Index vocab_size) {
-    std::string spaced = text;
-    std::replace(spaced.begin(), spaced.end(), ',', ' ');
-    std::istringstream in(spaced);
-    std::vector<Token> tokens;
-    std::string word;
-    while (in >> word) {
-        const std::string what = "--tokens: token " + std::to_string(tokens.size()) + " (an id of the vocabulary)";
-        tokens.push_back(static_cast<Token>(parse_integer(what, word, 0, vocab_size - 1)));
-    }
-    if (tokens.empty()) throw UsageError{"--tokens: no token ids in \"" + text + "\""};
-    return tokens;
 }
 
 #if defined(DIFFATTN_WITH_TOKENIZER)
@@ -451,7 +406,7 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
 }  // namespace
 
 int main(int argc, char** argv) {
-    try {
+    return cli::run_main("diffattn-forward", [&] {
         const Options options = parse_arguments(argc, argv);
         // The prompt is tokenized before the weights are read: --tokenize needs only tokenizer.json.
         std::optional<Tokenizer> tokenizer;
@@ -468,17 +423,5 @@ int main(int argc, char** argv) {
         }
         return options.use_double ? run<double>(options, tokenizer, prompt_ids)
                                   : run<float>(options, tokenizer, prompt_ids);
-    } catch (const UsageError& e) {
-        std::cerr << "diffattn-forward: " << e.message << "\n(see diffattn-forward --help)\n";
-        return 2;
-    } catch (const diffattn::Error& e) {  // model directory, config.json, tensor, sizes, output file
-        std::cerr << "diffattn-forward: " << e.what() << "\n";
-        return 2;
-    } catch (const std::bad_alloc&) {  // sizes are checked against the machine, but its memory may be in use
-        std::cerr << "diffattn-forward: out of memory\n";
-        return 2;
-    } catch (const std::exception& e) {
-        std::cerr << "diffattn-forward: " << e.what() << "\n";
-        return 2;
-    }
+    });
 }

@@ -67,3 +67,11 @@
 #include "diffattn/model/kv_cache.hpp"
 #include "diffattn/model/logit_ranking.hpp"
 #include "diffattn/model/sampler.hpp"
+
+// analysis (optional, on top of the model): attention maps and their measures per layer, head and
+// row, streamed in O(N) memory (docs/analysis.md)
+#include "diffattn/analysis/analysis_result.hpp"
+#include "diffattn/analysis/analysis_rows.hpp"
+#include "diffattn/analysis/attention_analysis.hpp"
+#include "diffattn/analysis/head_rows.hpp"
+#include "diffattn/analysis/row_measure.hpp"

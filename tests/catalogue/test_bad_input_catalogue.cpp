@@ -6,6 +6,7 @@
 #include "../io/safetensors_test_support.hpp"
 #include "../model/model_files.hpp"
 
+#include "diffattn/analysis/attention_analysis.hpp"
 #include "diffattn/kernels/diff_attention.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
@@ -795,4 +796,29 @@ TEST_CASE("text that is not UTF-8, or a token id that names no token", "[catalog
     // Invalid UTF-8 *made by* a sequence of ids is not an error: decode replaces it by U+FFFD.
     const std::int32_t lead = *tokenizer.token_to_id("\xC3\xA2");  // "â": the byte-level character of 0xE2
     CHECK(tokenizer.decode({lead}) == "\xEF\xBF\xBD");
+}
+
+// ---- Attention analysis ---------------------------------------------------------------------------
+
+TEST_CASE("attention analysis rows or spans outside the sequence", "[catalogue][analysis]") {
+    const ModelConfig config = tiny(AttentionKind::dint);
+    const DecoderModel<float> model = DecoderModel<float>::seeded(config, 1);
+    analysis::AttentionAnalyzer<float> analyzer(config, 12);
+    analysis::AnalysisResult result;
+    const std::vector<Token> tokens(10, 5);
+    const auto row = [](Index position) { return analysis::AnalysisRow{position, {}, {}, false}; };
+    CHECK_ERROR(ShapeError, analyzer.run(model, tokens, {row(3), row(10)}, result),
+                "AttentionAnalyzer::run: rows[1] is query row 10, outside the sequence of 10 tokens [0, 10)");
+    CHECK_ERROR(OptionError, analyzer.run(model, tokens, {row(3), row(3)}, result),
+                "rows[1] is query row 3 after row 3; rows must be strictly increasing");
+    std::vector<analysis::AnalysisRow> rows = {row(9)};
+    rows[0].answer = {2, 11};
+    CHECK_ERROR(ShapeError, analyzer.run(model, tokens, rows, result),
+                "rows[0].answer[1] is 11, outside the sequence of 10 tokens [0, 10)");
+    rows[0].answer = {2};
+    rows[0].noise = {5, 4};
+    CHECK_ERROR(OptionError, analyzer.run(model, tokens, rows, result),
+                "rows[0].noise[1] is 4 after 5; the noise positions must be strictly increasing");
+    CHECK_ERROR(ShapeError, analyzer.run(model, std::vector<Token>(13, 5), {row(1)}, result),
+                "13 tokens but the analyzer holds at most 12");
 }

@@ -265,27 +265,37 @@ TEST_CASE("diffattn-forward: --tokenize gives the JavaScript reference's ids", "
 
 TEST_CASE("diffattn-forward: --prompt generates the golden continuation, as ids and as text",
           "[examples][cli][text]") {
-    const SafetensorsFile golden(kTextCheckpoint / "golden.safetensors");
-    const std::string prompt = golden.metadata().at("prompt_text");
-    const Vector<double> generated = golden.vector<double>("generated");
-    std::vector<Token> expected;
-    for (Index i = 0; i < generated.size(); ++i) expected.push_back(static_cast<Token>(generated(i)));
-    const std::vector<Token> prompt_ids = model_test::golden_tokens(golden, "tokens");
+    // The random tiny checkpoint and the trained README demo (models/diffllama_tiny_text).
+    const std::vector<fs::path> dirs = {kTextCheckpoint, fs::path(DIFFATTN_TEST_DATA_DIR) / ".." / ".." / "models" /
+                                                             "diffllama_tiny_text"};
+    for (const fs::path& dir : dirs) {
+        INFO("model " << dir.string());
+        const SafetensorsFile golden(dir / "golden.safetensors");
+        const std::string prompt = golden.metadata().at("prompt_text");
+        const std::vector<Token> expected = model_test::golden_tokens(golden, "generated");
+        const std::vector<Token> prompt_ids = model_test::golden_tokens(golden, "tokens");
 
-    const Run run = run_forward({"--model", kTextCheckpoint.string(), "--prompt", prompt, "--generate",
-                                 std::to_string(expected.size())});
-    INFO("stdout: " << run.out << "\nstderr: " << run.err);
-    REQUIRE(run.status == 0);
-    CHECK(line_after(run.out, "prompt: ") == prompt);
-    CHECK(printed_ids(run.out, "generated:") == expected);
-    // The reference's own byte-level decoding of the golden ids (tools/make_checkpoint_goldens.py).
-    CHECK(line_after(run.out, "continuation: ") == golden.metadata().at("generated_text"));
-    // The same ids given as --tokens continue the same way.
-    std::string ids;
-    for (Token t : prompt_ids) ids += std::to_string(t) + " ";
-    const Run by_ids = run_forward({"--model", kTextCheckpoint.string(), "--tokens", ids, "--generate",
-                                    std::to_string(expected.size())});
-    CHECK(printed_ids(by_ids.out, "generated:") == expected);
+        const Run run = run_forward(
+            {"--model", dir.string(), "--prompt", prompt, "--generate", std::to_string(expected.size())});
+        INFO("stdout: " << run.out << "\nstderr: " << run.err);
+        REQUIRE(run.status == 0);
+        CHECK(line_after(run.out, "prompt: ") == prompt);
+        CHECK(printed_ids(run.out, "generated:") == expected);
+        // The text between "continuation: " and the ids line (it may hold newlines) is the
+        // reference's own byte-level decoding of the golden ids (tools/make_checkpoint_goldens.py).
+        const std::size_t begin = run.out.find("continuation: ");
+        const std::size_t end = run.out.find("\ngenerated:");
+        REQUIRE(begin != std::string::npos);
+        REQUIRE(end != std::string::npos);
+        const std::size_t text_begin = begin + std::string("continuation: ").size();
+        CHECK(run.out.substr(text_begin, end - text_begin) == golden.metadata().at("generated_text"));
+        // The same ids given as --tokens continue the same way.
+        std::string ids;
+        for (Token t : prompt_ids) ids += std::to_string(t) + " ";
+        const Run by_ids =
+            run_forward({"--model", dir.string(), "--tokens", ids, "--generate", std::to_string(expected.size())});
+        CHECK(printed_ids(by_ids.out, "generated:") == expected);
+    }
 }
 
 TEST_CASE("diffattn-forward: sampling is repeatable by seed and greedy at top-k 1", "[examples][cli][sampling]") {

@@ -144,45 +144,60 @@ inline double lambda_full(const Tensors& p, Index depth) {
            std::exp(dot(p.at("lambda_q2")[0], p.at("lambda_k2")[0])) + lambda_init(depth);
 }
 
-/// docs/math.md §3: one multi-head attention module on x [N x D], positions 0 .. N-1. `p` holds the
-/// module's tensors named relative to "self_attn.".
-inline Mat attention(const diffattn::AttentionConfig& c, const Tensors& p, const Mat& x) {
+/// The maps of every head of one module call (docs/math.md §2-3), [N x S] each, and what they weigh.
+struct ModuleMaps {
+    std::vector<Mat> a1, a2;      ///< per head: softmax maps 1 and 2 (softmax: a1 only, a2 empty)
+    std::vector<Mat> integral;    ///< per head: DINT's I (before the factor lambda); empty otherwise
+    std::vector<Mat> combined;    ///< per head: the map the values are weighted by
+    std::vector<Mat> values;      ///< per head: its value head [S x dv]
+    double lambda = 0;            ///< diff, dint, shared_diff
+};
+
+/// docs/math.md §3: the maps of every head of one multi-head attention module on x [N x D],
+/// positions 0 .. N-1. `p` holds the module's tensors named relative to "self_attn.".
+inline ModuleMaps attention_maps(const diffattn::AttentionConfig& c, const Tensors& p, const Mat& x) {
     using diffattn::AttentionKind;
     const Index N = x.rows(), H = c.n_heads, Hkv = c.n_kv_heads > 0 ? c.n_kv_heads : H, rep = H / Hkv;
     const bool causal = c.causal;
     const double theta = c.rope_theta;
     const AttentionKind kind = c.kind;
+    ModuleMaps maps;
 
     if (kind == AttentionKind::softmax) {  // docs/math.md §3.2
         const Index d = c.d_model / H;
         Mat q = linear(x, p.at("q_proj.weight")[0]), k = linear(x, p.at("k_proj.weight")[0]);
         Mat v = linear(x, p.at("v_proj.weight")[0]);
-        Mat heads(N, H * d);
         for (Index h = 0; h < H; ++h) {
             const Index g = h / rep;
-            Mat a = attention_map(rotary(cols(q, h * d, d), theta), rotary(cols(k, g * d, d), theta), causal);
-            heads.middleCols(h * d, d) = a * cols(v, g * d, d);
+            maps.a1.push_back(
+                attention_map(rotary(cols(q, h * d, d), theta), rotary(cols(k, g * d, d), theta), causal));
+            maps.combined.push_back(maps.a1.back());
+            maps.values.push_back(cols(v, g * d, d));
         }
-        return linear(heads, p.at("out_proj.weight")[0]);
+        return maps;
     }
 
     if (kind == AttentionKind::diff_v2) {  // docs/math.md §3.4
         const Index d = c.given_head_dim, group = 2 * H / Hkv;
         Mat q = linear(x, p.at("q_proj.weight")[0]), k = linear(x, p.at("k_proj.weight")[0]);
         Mat v = linear(x, p.at("v_proj.weight")[0]), l = linear(x, p.at("lambda_proj.weight")[0]);
-        std::vector<Mat> o;
+        std::vector<Mat> a;
         for (Index t = 0; t < 2 * H; ++t) {
             const Index g = t / group;
-            Mat a = attention_map(rotary(cols(q, t * d, d), theta), rotary(cols(k, g * d, d), theta), causal);
-            o.push_back(a * cols(v, g * d, d));
+            a.push_back(attention_map(rotary(cols(q, t * d, d), theta), rotary(cols(k, g * d, d), theta), causal));
         }
-        Mat heads(N, H * d);
-        for (Index h = 0; h < H; ++h)
+        for (Index h = 0; h < H; ++h) {
+            Mat combined = a[2 * h];
             for (Index n = 0; n < N; ++n) {
                 const double gate = 1.0 / (1.0 + std::exp(-l(n, h)));
-                for (Index i = 0; i < d; ++i) heads(n, h * d + i) = o[2 * h](n, i) - gate * o[2 * h + 1](n, i);
+                combined.row(n) -= gate * a[2 * h + 1].row(n);
             }
-        return linear(heads, p.at("o_proj.weight")[0]);
+            maps.a1.push_back(a[2 * h]);
+            maps.a2.push_back(a[2 * h + 1]);
+            maps.combined.push_back(combined);
+            maps.values.push_back(cols(v, (2 * h / group) * d, d));  // both maps of head h read one kv head
+        }
+        return maps;
     }
 
     // diff, dint, shared_diff (docs/math.md §3.1, 3.3): the maps of head h.
@@ -215,17 +230,39 @@ inline Mat attention(const diffattn::AttentionConfig& c, const Tensors& p, const
             vh[h] = cols(v, g * 2 * d, 2 * d);
         }
     }
-    const double lambda = lambda_full(p, c.depth);
-    Mat heads(N, H * 2 * d);
+    maps.lambda = lambda_full(p, c.depth);
     for (Index h = 0; h < H; ++h) {
-        Mat a1 = attention_map(q1[h], k1[h], causal), a2 = attention_map(q2[h], k2[h], causal);
-        Mat a = a1 - lambda * a2;
-        if (kind == AttentionKind::dint) a += lambda * dint_integral(a1, c.dint_integral, causal);
-        Mat o = rms_norm(a * vh[h], p.at("subln.weight")[0], 1e-5);
-        if (kind != AttentionKind::dint) o *= 1.0 - lambda_init(c.depth);
-        heads.middleCols(h * 2 * d, 2 * d) = o;
+        maps.a1.push_back(attention_map(q1[h], k1[h], causal));
+        maps.a2.push_back(attention_map(q2[h], k2[h], causal));
+        Mat a = maps.a1[h] - maps.lambda * maps.a2[h];
+        if (kind == AttentionKind::dint) {
+            maps.integral.push_back(dint_integral(maps.a1[h], c.dint_integral, causal));
+            a += maps.lambda * maps.integral[h];
+        }
+        maps.combined.push_back(a);
+        maps.values.push_back(vh[h]);
     }
-    return linear(heads, p.at("out_proj.weight")[0]);
+    return maps;
+}
+
+/// docs/math.md §3: one multi-head attention module on x [N x D], positions 0 .. N-1. `p` holds the
+/// module's tensors named relative to "self_attn.". The heads are combined maps times values;
+/// the DIFF family then normalises each head (subln) and scales it by (1 - lambda_init) unless dint.
+inline Mat attention(const diffattn::AttentionConfig& c, const Tensors& p, const Mat& x) {
+    using diffattn::AttentionKind;
+    const ModuleMaps maps = attention_maps(c, p, x);
+    const Index H = c.n_heads, dv = maps.values[0].cols();
+    const bool diff_family = c.kind != AttentionKind::softmax && c.kind != AttentionKind::diff_v2;
+    Mat heads(x.rows(), H * dv);
+    for (Index h = 0; h < H; ++h) {
+        Mat o = maps.combined[h] * maps.values[h];
+        if (diff_family) {
+            o = rms_norm(o, p.at("subln.weight")[0], 1e-5);
+            if (c.kind != AttentionKind::dint) o *= 1.0 - lambda_init(c.depth);
+        }
+        heads.middleCols(h * dv, dv) = o;
+    }
+    return linear(heads, p.at(c.kind == AttentionKind::diff_v2 ? "o_proj.weight" : "out_proj.weight")[0]);
 }
 
 }  // namespace naive

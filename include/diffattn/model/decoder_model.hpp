@@ -183,30 +183,47 @@ public:
     /// reset, as its layers would disagree.)
     void forward(const std::vector<Token>& tokens, ForwardState<T>& state, MatrixRef<T> logits,
                  KvCache<T>* cache = nullptr) const {
-        const Index n = static_cast<Index>(tokens.size());
-        check_call(tokens, state);
-        detail::require_shape("DecoderModel::forward", detail::named("logits", logits), n, config_.vocab_size);
-        if (cache != nullptr) cache->check_serves("DecoderModel::forward", config_, n);
-        if (n == 0) return;
-        auto x = state.x.topRows(n);            // [N x D] residual stream
-        auto normed = state.normed.topRows(n);  // [N x D]
-        for (Index i = 0; i < n; ++i) x.row(i) = embed_tokens.row(tokens[static_cast<std::size_t>(i)]);
         if (cache == nullptr) {
-            for (const DecoderLayer<T>& layer : layers) layer.forward(x, state.layer, state.context());
-        } else {
-            try {
-                for (std::size_t i = 0; i < layers.size(); ++i) {
-                    KvCacheView<T> view = cache->view(static_cast<Index>(i));  // [cached + N rows] of layer i
-                    layers[i].forward(x, state.layer, state.context(), &view);
-                }
-            } catch (...) {
-                cache->reset();
-                throw;
-            }
-            cache->advance(n);
+            forward_observed(tokens, state, logits, [](Index, const AttentionScratch<T>&) {});
+            return;
         }
-        norm(x, normed);
-        linear<T>(normed, config_.tie_word_embeddings ? embed_tokens : lm_head, logits, state.context());
+        const Index n = static_cast<Index>(tokens.size());
+        check_call(tokens, state, logits);
+        cache->check_serves("DecoderModel::forward", config_, n);
+        if (n == 0) return;
+        auto x = embed(tokens, state);  // [N x D] residual stream
+        try {
+            for (std::size_t i = 0; i < layers.size(); ++i) {
+                KvCacheView<T> view = cache->view(static_cast<Index>(i));  // [cached + N rows] of layer i
+                layers[i].forward(x, state.layer, state.context(), &view);
+            }
+        } catch (...) {
+            cache->reset();
+            throw;
+        }
+        cache->advance(n);
+        project_logits(x, state, logits);
+    }
+
+    /// The plain forward above (no cache), calling `observe(i, attention)` after layer i with that
+    /// layer's attention scratch, read-only: rows [0, N) of its q, k and v then hold the layer's
+    /// rotated queries [N x q_width], rotated keys [N x k_width] and values [N x v_width]
+    /// (docs/math.md §3), `heads` the head outputs before the output projection [N x out_width]
+    /// (after subln and the output factor) and, for diff_v2, `lambda_gate` the gates
+    /// sigmoid(x lambda_proj^T) [N x H]. The hook of attention analysis (diffattn/analysis/): it
+    /// sees what the kernels saw without recomputing the projections and rotary. Same checks and
+    /// logits as forward(tokens, state, logits).
+    template <typename LayerObserver>
+    void forward_observed(const std::vector<Token>& tokens, ForwardState<T>& state, MatrixRef<T> logits,
+                          LayerObserver&& observe) const {
+        check_call(tokens, state, logits);
+        if (tokens.empty()) return;
+        auto x = embed(tokens, state);  // [N x D] residual stream
+        for (std::size_t i = 0; i < layers.size(); ++i) {
+            layers[i].forward(x, state.layer, state.context());
+            observe(static_cast<Index>(i), static_cast<const AttentionScratch<T>&>(state.layer.attention));
+        }
+        project_logits(x, state, logits);
     }
 
     /// As above, into state.logits; returns a view of its first N rows [N x V] (valid until the
@@ -273,9 +290,30 @@ private:
         return expected;
     }
 
+    /// X_0 = embed_tokens[tokens] into the state's residual stream; returns its first N rows [N x D].
+    auto embed(const std::vector<Token>& tokens, ForwardState<T>& state) const {
+        auto x = state.x.topRows(static_cast<Index>(tokens.size()));
+        for (Index i = 0; i < x.rows(); ++i) x.row(i) = embed_tokens.row(tokens[static_cast<std::size_t>(i)]);
+        return x;
+    }
+
+    /// logits = RMSNorm(X_L) lm_head^T (lm_head = embed_tokens when tied).
+    void project_logits(const ConstMatrixRef<T>& x, ForwardState<T>& state, MatrixRef<T> logits) const {
+        auto normed = state.normed.topRows(x.rows());  // [N x D]
+        norm(x, normed);
+        linear<T>(normed, config_.tie_word_embeddings ? embed_tokens : lm_head, logits, state.context());
+    }
+
     static const ModelConfig& validated(const ModelConfig& config) {
         config.validate();
         return config;
+    }
+
+    /// check_call, and logits [N x V].
+    void check_call(const std::vector<Token>& tokens, const ForwardState<T>& state, const MatrixRef<T>& logits) const {
+        check_call(tokens, state);
+        detail::require_shape("DecoderModel::forward", detail::named("logits", logits),
+                              static_cast<Index>(tokens.size()), config_.vocab_size);
     }
 
     void check_call(const std::vector<Token>& tokens, const ForwardState<T>& state) const {

@@ -1,0 +1,416 @@
+// diffattn-analyze: the attention maps of a model, per layer and head, for chosen query rows
+// (include/diffattn/analysis/, docs/analysis.md).
+//
+//   diffattn-analyze --model DIR --tokens "1 5 9 ..." [--rows 44,45 | --rows last | --rows all]
+//                    [--answer 12:15] [--noise 1:12,15:40]
+//   diffattn-analyze --model DIR --episodes episodes.json [--set NAME]
+//   ... [--json OUT] [--maps OUT_DIR] [--precision float|double] [--threads T]
+//
+// Prints, per layer and head, the mean over the analysed rows of the measure (answer and noise
+// mass normalised by the row sum, negative mass and fraction, row sum; analysis/row_measure.hpp)
+// and the map entropies. --json writes every figure of every row; --maps one JSON file per kept
+// row with its maps (A1, A2, DINT's integral, the combined map) per layer and head, the data
+// for pictures. Every error prints a message and exits with status 2 before anything is written.
+#include "diffattn/analysis/attention_analysis.hpp"
+#include "diffattn/io/json_file.hpp"
+#include "diffattn/io/replace_file.hpp"
+#include "diffattn/model/decoder_model.hpp"
+#include "diffattn/model/logit_ranking.hpp"
+
+#include "cli_support.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <new>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace {
+
+using namespace diffattn;
+using namespace diffattn::analysis;
+namespace fs = std::filesystem;
+using cli::parse_integer;
+using cli::parse_tokens;
+using cli::UsageError;  // a command-line or episode-file problem: exit status 2
+
+constexpr const char* kMeasure =
+    "c = the combined map row over the keys the row may see; row_sum = sum c; answer = sum of c over "
+    "the answer positions / row_sum; noise = the same over the noise positions; negative entries "
+    "count with their sign; negative_mass = -(sum of the negative c) / row_sum; negative_fraction = "
+    "#(c < 0) / #visible keys; *_raw: not divided by row_sum";
+constexpr const char* kAveraging =
+    "per layer and head: arithmetic mean over the analysed rows (every row of every sequence weighs "
+    "the same); per layer: mean over its heads of those means";
+
+struct Options {
+    std::string model_dir;
+    std::optional<std::string> tokens_text, rows_text, answer_text, noise_text;
+    std::optional<std::string> episodes_path, set_name, json_path, maps_dir;
+    int threads = 1;
+    bool use_double = false;
+};
+
+void print_help(std::ostream& out) {
+    out << "usage: diffattn-analyze --model DIR (--tokens \"ID ...\" [--rows R] [--answer SPANS] [--noise SPANS]\n"
+           "                        | --episodes FILE [--set NAME]) [--json OUT] [--maps OUT_DIR]\n"
+           "                        [--precision float|double] [--threads T] [--help]\n"
+           "\n"
+           "Runs the model over a token sequence (or every episode of a retrieval episode file) and\n"
+           "reports, per layer and head, the attention measure of the asked query rows.\n"
+           "\n"
+           "  --model DIR      model directory (config.json + model.safetensors, or a released checkpoint).\n"
+           "  --tokens \"...\"   token ids separated by spaces or commas.\n"
+           "  --rows R         query rows: positions \"44,45\", \"last\" (default) or \"all\".\n"
+           "  --answer SPANS   answer positions as half-open spans \"12:15\" (12, 13, 14), comma-separated;\n"
+           "                   a single position \"12\" is allowed. Default: none.\n"
+           "  --noise SPANS    noise-context positions, likewise. Default: none.\n"
+           "  --episodes FILE  episodes JSON (format diffattn-retrieval-episodes-1, tools/retrieval_figures.py):\n"
+           "                   every episode of every set that marks answer and noise positions; the\n"
+           "                   rows are each episode's scored positions. --set NAME: that set only.\n"
+           "  --json OUT       write every figure of every row, the per-layer means and the definitions.\n"
+           "  --maps OUT_DIR   write the full maps of the kept rows, one JSON file per row (created;\n"
+           "                   with --episodes, the first episode of each set).\n"
+           "  --precision P    float (default) or double.\n"
+           "  --threads T      the forward's heads on T threads (OpenMP builds).\n"
+           "\n"
+           "Measure: "
+        << kMeasure << ".\nAveraging: " << kAveraging
+        << ".\n\nExit status: 0 on success, 2 for any error (flags, files, spans or rows outside the\n"
+           "sequence), before anything is written.\n";
+}
+
+std::vector<std::string> split(const std::string& text, char separator) {
+    std::vector<std::string> parts;
+    std::string part;
+    std::istringstream in(text);
+    while (std::getline(in, part, separator)) parts.push_back(part);
+    return parts;
+}
+
+Options parse_arguments(int argc, char** argv) {
+    Options o;
+    std::set<std::string> seen;
+    std::optional<std::string> model;
+    for (int i = 1; i < argc; ++i) {
+        const std::string flag = argv[i];
+        if (flag == "--help" || flag == "-h") {
+            print_help(std::cout);
+            std::exit(0);
+        }
+        if (!seen.insert(flag).second) throw UsageError{flag + " is given more than once; give each flag once"};
+        const auto value = [&]() -> std::string {
+            if (i + 1 >= argc) throw UsageError{flag + " needs a value"};
+            return argv[++i];
+        };
+        if (flag == "--model") model = value();
+        else if (flag == "--tokens") o.tokens_text = value();
+        else if (flag == "--rows") o.rows_text = value();
+        else if (flag == "--answer") o.answer_text = value();
+        else if (flag == "--noise") o.noise_text = value();
+        else if (flag == "--episodes") o.episodes_path = value();
+        else if (flag == "--set") o.set_name = value();
+        else if (flag == "--json") o.json_path = value();
+        else if (flag == "--maps") o.maps_dir = value();
+        else if (flag == "--threads") o.threads = static_cast<int>(parse_integer(flag, value(), 1, 1024));
+        else if (flag == "--precision") {
+            const std::string p = value();
+            if (p != "float" && p != "double") throw UsageError{"--precision must be float or double, got \"" + p + "\""};
+            o.use_double = p == "double";
+        } else {
+            throw UsageError{"unknown argument \"" + flag + "\""};
+        }
+    }
+    if (!model) throw UsageError{"--model DIR is required"};
+    o.model_dir = *model;
+    if (o.tokens_text.has_value() == o.episodes_path.has_value()) throw UsageError{"give either --tokens or --episodes"};
+    if (o.episodes_path && (o.rows_text || o.answer_text || o.noise_text)) {
+        throw UsageError{"--rows, --answer and --noise go with --tokens; an episode file marks its own"};
+    }
+    if (o.set_name && !o.episodes_path) throw UsageError{"--set NAME needs --episodes"};
+    return o;
+}
+
+/// Positions of "12:15,20" (half-open spans and single positions) inside a sequence of n tokens.
+std::vector<Index> parse_spans(const std::string& flag, const std::string& text, Index n) {
+    std::set<Index> positions;
+    for (const std::string& span : split(text, ',')) {
+        const std::size_t colon = span.find(':');
+        const std::string what = flag + " span \"" + span + "\" (of a sequence of " + std::to_string(n) + " tokens)";
+        const Index begin = parse_integer(what, span.substr(0, colon), 0, n - 1);
+        const Index end = colon == std::string::npos ? begin + 1 : parse_integer(what + " end", span.substr(colon + 1), 0, n);
+        if (end <= begin) throw UsageError{what + " is empty: its end must be after its start"};
+        for (Index j = begin; j < end; ++j) positions.insert(j);
+    }
+    if (positions.empty()) throw UsageError{flag + ": no span in \"" + text + "\""};
+    return {positions.begin(), positions.end()};
+}
+
+std::vector<Index> parse_rows(const std::string& text, Index n) {
+    if (text == "last") return {n - 1};
+    std::vector<Index> rows;
+    if (text == "all") {
+        for (Index r = 0; r < n; ++r) rows.push_back(r);
+        return rows;
+    }
+    for (const std::string& part : split(text, ',')) rows.push_back(parse_integer("--rows: row \"" + part + "\" (of a sequence of " + std::to_string(n) + " tokens)", part, 0, n - 1));
+    std::sort(rows.begin(), rows.end());
+    if (std::adjacent_find(rows.begin(), rows.end()) != rows.end()) throw UsageError{"--rows: a row is given twice in \"" + text + "\""};
+    if (rows.empty()) throw UsageError{"--rows: no rows in \"" + text + "\""};
+    return rows;
+}
+
+/// One sequence to analyse: its tokens, rows, and (episodes) the expected ids at the rows.
+struct Sequence {
+    std::string name;  // "tokens", or "<set>/<episode index>"
+    std::string set;
+    std::vector<Token> tokens;
+    std::vector<AnalysisRow> rows;
+    std::vector<Token> targets;  // episodes: the expected next token at each row
+};
+
+Index json_index(const nlohmann::json& j, const std::string& where) {
+    if (!j.is_number_integer()) throw UsageError{where + " must be an integer, got " + j.dump()};
+    return j.get<Index>();
+}
+
+std::vector<Index> json_positions(const nlohmann::json& j, const std::string& where) {
+    if (!j.is_array()) throw UsageError{where + " must be a list of positions"};
+    std::vector<Index> out;
+    for (std::size_t i = 0; i < j.size(); ++i) out.push_back(json_index(j[i], where + "[" + std::to_string(i) + "]"));
+    return out;
+}
+
+/// The episodes with answer and noise positions (format diffattn-retrieval-episodes-1).
+std::vector<Sequence> read_episodes(const Options& o, Index vocab_size) {
+    const std::string source = "episodes file \"" + *o.episodes_path + "\"";
+    const nlohmann::json doc = detail::parse_json_text<FileError>(
+        detail::read_text_file(*o.episodes_path, source, std::uintmax_t(1) << 30, "an episodes file"), source, 16,
+        "an episodes file");
+    if (!doc.is_object() || doc.value("format", "") != "diffattn-retrieval-episodes-1" || !doc.contains("sets") ||
+        !doc["sets"].is_array()) {
+        throw UsageError{source + ": not an episodes file (format diffattn-retrieval-episodes-1 with \"sets\")"};
+    }
+    std::vector<Sequence> out;
+    bool set_found = false;
+    for (const nlohmann::json& set : doc["sets"]) {
+        const std::string name = set.value("name", "");
+        if (o.set_name && name != *o.set_name) continue;
+        set_found = true;
+        const nlohmann::json& episodes = set.at("episodes");
+        for (std::size_t e = 0; e < episodes.size(); ++e) {
+            const nlohmann::json& ep = episodes[e];
+            if (!ep.contains("answer") || !ep.contains("noise")) continue;  // an accuracy-only set
+            const std::string where = source + ": set \"" + name + "\" episode " + std::to_string(e);
+            Sequence s{name + "/" + std::to_string(e), name, {}, {}, {}};
+            for (const Index t : json_positions(ep.at("tokens"), where + " tokens")) {
+                if (t < 0 || t >= vocab_size) throw UsageError{where + ": token id " + std::to_string(t) + " outside the vocabulary"};
+                s.tokens.push_back(static_cast<Token>(t));
+            }
+            const std::vector<Index> score = json_positions(ep.at("score_pos"), where + " score_pos");
+            const std::vector<Index> targets = json_positions(ep.at("targets"), where + " targets");
+            const nlohmann::json& answers = ep.at("answer");
+            if (targets.size() != score.size() || !answers.is_array() || answers.size() != score.size()) {
+                throw UsageError{where + ": score_pos, targets and answer must have one entry per question"};
+            }
+            for (std::size_t r = 0; r < score.size(); ++r) {
+                s.rows.push_back(AnalysisRow{score[r], json_positions(answers[r], where + " answer"),
+                                             json_positions(ep.at("noise"), where + " noise"), false});
+                s.targets.push_back(static_cast<Token>(targets[r]));
+            }
+            out.push_back(std::move(s));
+        }
+    }
+    if (o.set_name && !set_found) throw UsageError{source + ": no set named \"" + *o.set_name + "\""};
+    if (out.empty()) throw UsageError{source + ": no episode marks answer and noise positions"};
+    return out;
+}
+
+nlohmann::json figures_json(const HeadRowFigures& f) {
+    const RowMeasure& m = f.measure;
+    return {{"answer", m.answer},         {"noise", m.noise},           {"negative_mass", m.negative_mass},
+            {"negative_fraction", m.negative_fraction}, {"row_sum", m.row_sum}, {"answer_raw", m.answer_raw},
+            {"noise_raw", m.noise_raw},   {"entropy_a1", f.entropy_a1}, {"entropy_a2", f.entropy_a2},
+            {"entropy_integral", f.entropy_integral}, {"weight", f.weight}};
+}
+
+nlohmann::json means_json(const RowMeans& means) {
+    nlohmann::json layers = nlohmann::json::array(), heads = nlohmann::json::array();
+    for (Index l = 0; l < means.layers(); ++l) {
+        layers.push_back(figures_json(means.mean(l)));
+        nlohmann::json row = nlohmann::json::array();
+        for (Index h = 0; h < means.heads(); ++h) row.push_back(figures_json(means.mean(l, h)));
+        heads.push_back(row);
+    }
+    return {{"rows", means.rows()}, {"per_layer", layers}, {"per_layer_head", heads}};
+}
+
+std::vector<double> as_vector(const Vector<double>& v) { return {v.data(), v.data() + v.size()}; }
+
+void write_json(const fs::path& path, const nlohmann::json& j) {
+    const std::string text = j.dump(1) + "\n";
+    detail::ReplacingFile file(path, "diffattn-analyze");
+    file.write(text.data(), text.size());
+    file.commit();
+}
+
+void print_means(const std::string& title, const RowMeans& means) {
+    std::cout << title << " (" << means.rows() << " rows; mean over rows, layer = mean over heads)\n"
+              << "  layer head    answer     noise  neg_mass  neg_frac   row_sum  H(A1)\n"
+              << std::fixed << std::setprecision(4);
+    for (Index l = 0; l < means.layers(); ++l) {
+        for (Index h = -1; h < means.heads(); ++h) {
+            const HeadRowFigures f = means.mean(l, h);
+            std::cout << "  " << std::setw(5) << l << " " << std::setw(4) << (h < 0 ? std::string("all") : std::to_string(h))
+                      << std::setw(10) << f.measure.answer << std::setw(10) << f.measure.noise << std::setw(10)
+                      << f.measure.negative_mass << std::setw(10) << f.measure.negative_fraction << std::setw(10)
+                      << f.measure.row_sum << std::setw(7) << std::setprecision(2) << f.entropy_a1 << std::setprecision(4)
+                      << "\n";
+        }
+    }
+}
+
+template <typename T>
+int run(const Options& o) {
+    std::vector<std::string> warnings;
+    const DecoderModel<T> model = DecoderModel<T>::load(o.model_dir, &warnings);
+    for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
+    const ModelConfig& config = model.config();
+
+    // Every input is read and checked before anything is computed or written.
+    std::vector<Sequence> sequences;
+    if (o.tokens_text) {
+        Sequence s{"tokens", "tokens", parse_tokens(*o.tokens_text, config.vocab_size), {}, {}};
+        const Index n = static_cast<Index>(s.tokens.size());
+        const std::vector<Index> answer = o.answer_text ? parse_spans("--answer", *o.answer_text, n) : std::vector<Index>{};
+        const std::vector<Index> noise = o.noise_text ? parse_spans("--noise", *o.noise_text, n) : std::vector<Index>{};
+        for (const Index r : parse_rows(o.rows_text.value_or("last"), n)) s.rows.push_back(AnalysisRow{r, answer, noise, true});
+        sequences.push_back(std::move(s));
+    } else {
+        sequences = read_episodes(o, config.vocab_size);
+        std::set<std::string> first_of_set;
+        for (Sequence& s : sequences) {
+            if (o.maps_dir && first_of_set.insert(s.set).second) {
+                for (AnalysisRow& row : s.rows) row.keep_maps = true;
+            }
+        }
+    }
+    Index max_len = 1;
+    for (const Sequence& s : sequences) {
+        max_len = std::max<Index>(max_len, static_cast<Index>(s.tokens.size()));
+        try {
+            check_rows("diffattn-analyze", s.rows, static_cast<Index>(s.tokens.size()));
+        } catch (const Error& e) {
+            throw UsageError{s.name + ": " + e.what()};
+        }
+    }
+    if (o.maps_dir) {
+        std::error_code error;
+        fs::create_directories(*o.maps_dir, error);
+        if (error || !fs::is_directory(*o.maps_dir)) throw UsageError{"--maps: cannot make the folder \"" + *o.maps_dir + "\""};
+    }
+
+    int threads = o.threads;
+#if !defined(DIFFATTN_HAS_OPENMP)
+    threads = 1;
+#endif
+    AttentionAnalyzer<T> analyzer(config, max_len, threads);
+    AnalysisResult result;
+    RowMeans all;
+    std::map<std::string, RowMeans> per_set;
+    nlohmann::json sequences_json = nlohmann::json::array();
+    Index correct = 0, questions = 0;
+    for (const Sequence& s : sequences) {
+        analyzer.run(model, s.tokens, s.rows, result);
+        all.add(result);
+        per_set[s.set].add(result);
+        nlohmann::json seq = {{"name", s.name}, {"tokens", s.tokens.size()}, {"lambda", result.lambda}};
+        nlohmann::json rows = nlohmann::json::array(), predicted = nlohmann::json::array();
+        const ConstMatrixRef<T> logits = analyzer.logits(static_cast<Index>(s.tokens.size()));
+        for (std::size_t r = 0; r < s.rows.size(); ++r) {
+            const Index id = top_logits(logits.row(s.rows[r].position), 1).front();
+            predicted.push_back(id);
+            if (!s.targets.empty()) {
+                ++questions;
+                correct += id == s.targets[r] ? 1 : 0;
+            }
+            nlohmann::json layers = nlohmann::json::array();
+            for (Index l = 0; l < result.n_layers; ++l) {
+                nlohmann::json heads = nlohmann::json::array();
+                for (Index h = 0; h < result.n_heads; ++h) heads.push_back(figures_json(result.at(l, h, static_cast<Index>(r))));
+                layers.push_back(heads);
+            }
+            rows.push_back({{"position", s.rows[r].position}, {"predicted", id}, {"per_layer_head", layers}});
+            if (!s.targets.empty()) rows.back()["target"] = s.targets[r];
+        }
+        seq["rows"] = rows;
+        sequences_json.push_back(seq);
+        if (o.maps_dir) {
+            for (std::size_t r = 0; r < s.rows.size(); ++r) {
+                if (!s.rows[r].keep_maps) continue;
+                nlohmann::json layers = nlohmann::json::array();
+                for (Index l = 0; l < result.n_layers; ++l) layers.push_back(nlohmann::json::array());
+                for (const KeptMaps& m : result.maps) {
+                    if (m.row != static_cast<Index>(r)) continue;
+                    layers[static_cast<std::size_t>(m.layer)].push_back(
+                        {{"head", m.head}, {"weight", result.at(m.layer, m.head, m.row).weight}, {"a1", as_vector(m.a1)},
+                         {"a2", as_vector(m.a2)}, {"integral", as_vector(m.integral)}, {"combined", as_vector(m.combined)}});
+                }
+                std::string file = s.name + "_row" + std::to_string(s.rows[r].position) + ".json";
+                std::replace(file.begin(), file.end(), '/', '_');
+                write_json(fs::path(*o.maps_dir) / file,
+                           {{"sequence", s.name}, {"attention", to_string(config.attention)}, {"position", s.rows[r].position},
+                            {"tokens", s.tokens}, {"answer", s.rows[r].answer}, {"noise", s.rows[r].noise},
+                            {"lambda", result.lambda}, {"layers", layers}});
+            }
+        }
+    }
+
+    std::cout << "model: " << o.model_dir << " (attention " << to_string(config.attention) << ", "
+              << config.num_hidden_layers << " layers, " << config.num_attention_heads << " heads)\n"
+              << "sequences: " << sequences.size() << ", rows: " << all.rows() << "\n"
+              << "measure: " << kMeasure << "\n";
+    if (questions > 0) std::cout << "accuracy: " << correct << " / " << questions << "\n";
+    for (const auto& [name, means] : per_set) {
+        if (per_set.size() > 1) print_means("set " + name, means);
+    }
+    print_means("all rows", all);
+
+    if (o.json_path) {
+        nlohmann::json sets = nlohmann::json::object();
+        for (const auto& [name, means] : per_set) sets[name] = means_json(means);
+        nlohmann::json doc = {{"format", "diffattn-analysis-1"},
+                              {"model", o.model_dir},
+                              {"attention", to_string(config.attention)},
+                              {"precision", std::is_same_v<T, double> ? "double" : "float"},
+                              {"measure", kMeasure},
+                              {"averaging", kAveraging},
+                              {"summary", means_json(all)},
+                              {"sets", sets},
+                              {"sequences", sequences_json}};
+        if (questions > 0) doc["accuracy"] = {{"correct", correct}, {"total", questions}};
+        write_json(*o.json_path, doc);
+        std::cout << "wrote " << *o.json_path << "\n";
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    return cli::run_main("diffattn-analyze", [&] {
+        const Options options = parse_arguments(argc, argv);
+        return options.use_double ? run<double>(options) : run<float>(options);
+    });
+}

@@ -1,0 +1,323 @@
+// Attention analysis (include/diffattn/analysis/): the maps of every kind against the plain double
+// transcription (tests/layers/naive_reference.hpp) fed with the layer inputs of the model's own
+// forward; the combined rows times the values against the attention module's real head outputs;
+// the row sums of each kind; the measure on hand-made rows; bad rows and spans.
+#include "diffattn/analysis/attention_analysis.hpp"
+
+#include "../error_messages.hpp"
+#include "../layers/naive_reference.hpp"
+#include "../model/model_files.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+using namespace diffattn;
+using namespace diffattn::analysis;
+
+namespace {
+
+struct AnalysisCase {
+    std::string name;
+    ModelConfig config;
+};
+
+/// Every kind, DINT's three integrals, GQA in both pairings, an encoder, two geometries.
+std::vector<AnalysisCase> analysis_cases() {
+    std::vector<AnalysisCase> out;
+    for (AttentionKind kind : {AttentionKind::softmax, AttentionKind::diff, AttentionKind::shared_diff,
+                               AttentionKind::diff_v2}) {
+        out.push_back({std::string(to_string(kind)) + " small", test::small_config(kind)});
+        out.push_back({std::string(to_string(kind)) + " tiny", test::tiny_config(kind, 64)});
+    }
+    for (DintIntegral integral : {DintIntegral::causal_softmax, DintIntegral::causal_mean}) {
+        out.push_back({std::string("dint ") + to_string(integral), test::small_config(AttentionKind::dint, integral)});
+        out.push_back({std::string("dint tiny ") + to_string(integral), test::tiny_config(AttentionKind::dint, 64)});
+        out.back().config.dint_integral = integral;
+    }
+    out.push_back({"dint global_mean encoder", test::small_config(AttentionKind::dint, DintIntegral::global_mean)});
+    out.back().config.causal = false;
+    out.push_back({"diff per_subhead", test::small_config(AttentionKind::diff)});
+    out.back().config.diff_gqa_pairing = DiffGqaPairing::per_subhead;
+    out.push_back({"diff_v2 encoder", test::small_config(AttentionKind::diff_v2)});
+    out.back().config.causal = false;
+    return out;
+}
+
+std::vector<Token> seeded_tokens(Index count, Index vocab, std::uint64_t seed) {
+    SeededUniform random(seed);
+    std::vector<Token> tokens;
+    for (Index i = 0; i < count; ++i) {
+        tokens.push_back(static_cast<Token>(std::min<double>(vocab - 1, (random.next() + 1) * 0.5 * vocab)));
+    }
+    return tokens;
+}
+
+/// Every row of the sequence, each keeping its maps; answer = the first few keys, noise = the rest.
+std::vector<AnalysisRow> all_rows(Index n) {
+    std::vector<AnalysisRow> rows;
+    for (Index r = 0; r < n; ++r) {
+        AnalysisRow row;
+        row.position = r;
+        for (Index j = 0; j < n; ++j) (j < 3 ? row.answer : row.noise).push_back(j);
+        row.keep_maps = true;
+        rows.push_back(row);
+    }
+    return rows;
+}
+
+/// The attention-module input of every layer (RMSNorm_in of the residual stream), by the model's
+/// own layers run one by one: the oracle's inputs, without the analysis code.
+template <typename T>
+std::vector<naive::Mat> layer_inputs(const DecoderModel<T>& model, const std::vector<Token>& tokens) {
+    const Index n = static_cast<Index>(tokens.size());
+    RowMatrix<T> x(n, model.config().hidden_size), normed(n, model.config().hidden_size);
+    for (Index i = 0; i < n; ++i) x.row(i) = model.embed_tokens.row(tokens[static_cast<std::size_t>(i)]);
+    LayerScratch<T> scratch(model.config(), n, 1);
+    std::vector<naive::Mat> inputs;
+    for (const DecoderLayer<T>& layer : model.layers) {
+        layer.input_layernorm(x, normed);
+        inputs.push_back(normed.template cast<double>());
+        layer.forward(x, scratch, ExecutionContext{});
+    }
+    return inputs;
+}
+
+double max_abs_diff(const Vector<double>& a, const naive::Mat& b, Index row) {
+    REQUIRE(a.size() <= b.cols());
+    double worst = 0;
+    for (Index j = 0; j < b.cols(); ++j) worst = std::max(worst, std::abs((j < a.size() ? a[j] : 0.0) - b(row, j)));
+    return worst;
+}
+
+/// Map tolerance: a map entry is exp of a logit s q.k rounded in T (the queries and keys are
+/// stored in T after projections and rotary, a few epsilon of an O(1) logit), so it carries a few
+/// epsilon of T; the largest error seen is below 10 epsilon. 64 epsilon of T, as the module tests.
+template <typename T>
+double map_tolerance() {
+    return 64 * std::numeric_limits<T>::epsilon();
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("analysis maps match the plain transcription, every kind", "[analysis]", float, double) {
+    using T = TestType;
+    for (const AnalysisCase& c : analysis_cases()) {
+        for (Index n : {Index(1), Index(9), Index(23)}) {
+            INFO(c.name << ", N = " << n);
+            DecoderModel<T> model = DecoderModel<T>::seeded(c.config, 100 + static_cast<std::uint64_t>(n));
+            // Larger lambda vectors, so lambda differs visibly from lambda_init.
+            for (DecoderLayer<T>& layer : model.layers) layer.self_attn.weights().lambda.q1 *= T(3);
+            const std::vector<Token> tokens = seeded_tokens(n, c.config.vocab_size, 7 + static_cast<std::uint64_t>(n));
+            AttentionAnalyzer<T> analyzer(model.config(), 30);
+            AnalysisResult result;
+            analyzer.run(model, tokens, all_rows(n), result);
+
+            const std::vector<naive::Mat> inputs = layer_inputs(model, tokens);
+            ParameterList<T> list = model.parameters();
+            double worst = 0;
+            std::size_t kept = 0;
+            for (Index l = 0; l < c.config.num_hidden_layers; ++l) {
+                const std::string prefix = "model.layers." + std::to_string(l) + ".self_attn.";
+                naive::Tensors all = naive::tensors_of(list);
+                naive::Tensors p;
+                for (const auto& entry : all) {
+                    if (entry.first.rfind(prefix, 0) == 0) p[entry.first.substr(prefix.size())] = entry.second;
+                }
+                const AttentionConfig ac = model.layers[static_cast<std::size_t>(l)].self_attn.config();
+                const naive::ModuleMaps expected = naive::attention_maps(ac, p, inputs[static_cast<std::size_t>(l)]);
+                if (ac.has_lambda()) {
+                    CHECK(std::abs(result.lambda[static_cast<std::size_t>(l)] - expected.lambda) <=
+                          4 * std::numeric_limits<T>::epsilon());
+                }
+                for (const KeptMaps& m : result.maps) {
+                    if (m.layer != l) continue;
+                    ++kept;
+                    const std::size_t h = static_cast<std::size_t>(m.head);
+                    CHECK(m.a1.size() == (c.config.causal ? m.position + 1 : n));
+                    worst = std::max(worst, max_abs_diff(m.a1, expected.a1[h], m.position));
+                    worst = std::max(worst, max_abs_diff(m.combined, expected.combined[h], m.position));
+                    if (!expected.a2.empty()) worst = std::max(worst, max_abs_diff(m.a2, expected.a2[h], m.position));
+                    CHECK(m.a2.size() == (expected.a2.empty() ? 0 : m.a1.size()));
+                    if (!expected.integral.empty()) {
+                        worst = std::max(worst, max_abs_diff(m.integral, expected.integral[h], m.position));
+                    }
+                    CHECK(m.integral.size() == (expected.integral.empty() ? 0 : m.a1.size()));
+                }
+            }
+            CHECK(kept == static_cast<std::size_t>(c.config.num_hidden_layers * c.config.num_attention_heads * n));
+            INFO("largest map difference " << worst);
+            CHECK(worst <= map_tolerance<T>());
+        }
+    }
+}
+
+TEMPLATE_TEST_CASE("combined rows times the values give the module's head outputs", "[analysis]", float, double) {
+    using T = TestType;
+    for (const AnalysisCase& c : analysis_cases()) {
+        const Index n = 17;
+        INFO(c.name);
+        DecoderModel<T> model = DecoderModel<T>::seeded(c.config, 5);
+        const std::vector<Token> tokens = seeded_tokens(n, c.config.vocab_size, 11);
+        AttentionAnalyzer<T> analyzer(model.config(), n);
+        AnalysisResult result;
+        analyzer.run(model, tokens, all_rows(n), result);
+
+        // The module's values and head outputs per layer, from the real forward.
+        std::vector<RowMatrix<T>> values, heads;
+        ForwardState<T> state = model.make_state(n);
+        RowMatrix<T> logits(n, c.config.vocab_size);
+        model.forward_observed(tokens, state, logits, [&](Index, const AttentionScratch<T>& s) {
+            values.push_back(s.v.topRows(n));
+            heads.push_back(s.heads.topRows(n));
+        });
+        REQUIRE(static_cast<Index>(values.size()) == c.config.num_hidden_layers);
+        // The hook's forward is the plain forward.
+        CHECK((logits - model.logits(tokens)).cwiseAbs().maxCoeff() == T(0));
+
+        double worst = 0;
+        for (const KeptMaps& m : result.maps) {
+            const MultiHeadAttention<T>& module = model.layers[static_cast<std::size_t>(m.layer)].self_attn;
+            const AttentionConfig& ac = module.config();
+            const Index dv = ac.value_dim();
+            const RowMatrix<double> v = values[static_cast<std::size_t>(m.layer)]
+                                            .middleCols(ac.value_head(m.head, 0) * dv, dv)
+                                            .template cast<double>();
+            Eigen::RowVectorXd o = m.combined.transpose() * v.topRows(m.combined.size());
+            if (ac.has_subln()) {  // docs/math.md §3.1: subln over the head's 2d outputs, then the factor
+                const double rms = std::sqrt(o.squaredNorm() / static_cast<double>(dv) + module.weights().subln.eps);
+                o = (o.array() / rms * module.weights().subln.weight.transpose().template cast<double>().array() *
+                     ac.output_scale())
+                        .matrix();
+            }
+            const Eigen::RowVectorXd actual =
+                heads[static_cast<std::size_t>(m.layer)].row(m.position).segment(m.head * dv, dv).template cast<double>();
+            worst = std::max(worst, (o - actual).cwiseAbs().maxCoeff());
+        }
+        INFO("largest head-output difference " << worst);
+        CHECK(worst <= map_tolerance<T>() * 4);
+    }
+}
+
+TEMPLATE_TEST_CASE("row sums: softmax 1, diff 1 - lambda, dint 1, diff_v2 1 - gate", "[analysis]", float, double) {
+    using T = TestType;
+    for (const AnalysisCase& c : analysis_cases()) {
+        INFO(c.name);
+        const Index n = 12;
+        DecoderModel<T> model = DecoderModel<T>::seeded(c.config, 3);
+        AttentionAnalyzer<T> analyzer(model.config(), n);
+        AnalysisResult result;
+        analyzer.run(model, seeded_tokens(n, c.config.vocab_size, 4), all_rows(n), result);
+        for (Index l = 0; l < result.n_layers; ++l) {
+            for (Index h = 0; h < result.n_heads; ++h) {
+                for (Index r = 0; r < result.n_rows; ++r) {
+                    const HeadRowFigures& f = result.at(l, h, r);
+                    double expected = 1;
+                    switch (c.config.attention) {
+                        case AttentionKind::softmax: expected = 1; CHECK(f.weight == 0); break;
+                        case AttentionKind::dint: expected = 1; break;
+                        case AttentionKind::diff:
+                        case AttentionKind::shared_diff:
+                            expected = 1 - result.lambda[static_cast<std::size_t>(l)];
+                            CHECK(f.weight == result.lambda[static_cast<std::size_t>(l)]);
+                            break;
+                        case AttentionKind::diff_v2:
+                            expected = 1 - f.weight;
+                            CHECK(f.weight > 0);
+                            CHECK(f.weight < 1);
+                            break;
+                    }
+                    CHECK(std::abs(f.measure.row_sum - expected) < 1e-12);
+                    // answer + noise cover every key: together they are the whole (normalised) row.
+                    CHECK(std::abs(f.measure.answer + f.measure.noise - 1) < 1e-9);
+                    CHECK(f.entropy_a1 >= 0);
+                    CHECK(f.entropy_a1 <= std::log(static_cast<double>(n)) + 1e-12);
+                    CHECK(std::isnan(f.entropy_a2) == (c.config.attention == AttentionKind::softmax));
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("the measure of a hand-made row", "[analysis]") {
+    // c = [0.5, -0.1, 0.2, 0.3, -0.2, 0.0]: row sum 0.7, negatives -0.3 on 2 of 6 keys.
+    Vector<double> row(6);
+    row << 0.5, -0.1, 0.2, 0.3, -0.2, 0.0;
+    const RowMeasure m = measure_row(row, {2, 3}, {0, 1, 4, 5, 9});  // position 9: past the row, no weight
+    CHECK(m.row_sum == Approx(0.7));
+    CHECK(m.answer_raw == Approx(0.5));
+    CHECK(m.answer == Approx(0.5 / 0.7));
+    CHECK(m.noise_raw == Approx(0.2));  // 0.5 - 0.1 - 0.2 + 0: negatives count with their sign
+    CHECK(m.noise == Approx(0.2 / 0.7));
+    CHECK(m.negative_mass == Approx(0.3 / 0.7));
+    CHECK(m.negative_fraction == Approx(2.0 / 6.0));
+
+    Vector<double> zero_sum(2);
+    zero_sum << 0.5, -0.5;
+    const RowMeasure z = measure_row(zero_sum, {0}, {1});
+    CHECK(z.row_sum == 0);
+    CHECK(std::isnan(z.answer));
+    CHECK(std::isnan(z.negative_mass));
+    CHECK(z.negative_fraction == 0.5);
+
+    Vector<double> p(4);
+    p << 0.25, 0.25, 0.5, 0.0;
+    CHECK(entropy(p) == Approx(-2 * 0.25 * std::log(0.25) - 0.5 * std::log(0.5)));
+}
+
+TEST_CASE("the mean over rows, heads and results", "[analysis]") {
+    AnalysisResult a;
+    a.n_layers = 1, a.n_heads = 2, a.n_rows = 2;
+    a.figures.resize(4);
+    a.at(0, 0, 0).measure.answer = 1, a.at(0, 0, 1).measure.answer = 0.5;
+    a.at(0, 1, 0).measure.answer = 0, a.at(0, 1, 1).measure.answer = 0.5;
+    AnalysisResult b = a;  // one more result of one row
+    b.n_rows = 1;
+    b.figures.resize(2);
+    b.at(0, 0, 0).measure.answer = 0.25, b.at(0, 1, 0).measure.answer = 1;
+    RowMeans means;
+    means.add(a);
+    CHECK(means.mean(0, 0).measure.answer == Approx(0.75));
+    CHECK(means.mean(0, 1).measure.answer == Approx(0.25));
+    CHECK(means.mean(0).measure.answer == Approx(0.5));
+    means.add(b);
+    CHECK(means.rows() == 3);
+    CHECK(means.mean(0, 0).measure.answer == Approx(1.75 / 3));  // every row weighs the same
+    CHECK(means.mean(0, 1).measure.answer == Approx(1.5 / 3));
+    CHECK(means.mean(0).measure.answer == Approx(3.25 / 6));
+    b.at(0, 1, 0).entropy_a2 = std::numeric_limits<double>::quiet_NaN();
+    means.add(b);
+    CHECK(std::isnan(means.mean(0, 1).entropy_a2));
+    CHECK(!std::isnan(means.mean(0, 0).entropy_a2));
+}
+
+TEST_CASE("analysis rows and spans are checked", "[analysis]") {
+    const ModelConfig config = test::tiny_config(AttentionKind::dint, 64);
+    const DecoderModel<float> model = DecoderModel<float>::seeded(config, 1);
+    AttentionAnalyzer<float> analyzer(config, 16);
+    AnalysisResult result;
+    const std::vector<Token> tokens = seeded_tokens(10, 64, 2);
+    const auto rows_at = [](std::vector<Index> positions) {
+        std::vector<AnalysisRow> rows;
+        for (Index p : positions) rows.push_back(AnalysisRow{p, {}, {}, false});
+        return rows;
+    };
+    CHECK_ERROR(ShapeError, analyzer.run(model, tokens, rows_at({3, 10}), result), "rows[1] is query row 10, outside the sequence of 10 tokens");
+    CHECK_ERROR(OptionError, analyzer.run(model, tokens, rows_at({3, 3}), result), "rows must be strictly increasing");
+    std::vector<AnalysisRow> rows = rows_at({9});
+    rows[0].answer = {2, 11};
+    CHECK_ERROR(ShapeError, analyzer.run(model, tokens, rows, result), "rows[0].answer[1] is 11, outside the sequence of 10 tokens");
+    rows[0].answer = {2, 3};
+    rows[0].noise = {5, 4};
+    CHECK_ERROR(OptionError, analyzer.run(model, tokens, rows, result), "rows[0].noise[1] is 4 after 5");
+    CHECK_ERROR(ShapeError, analyzer.run(model, seeded_tokens(17, 64, 2), rows_at({1}), result), "17 tokens but the analyzer holds at most 16");
+    const DecoderModel<float> other = DecoderModel<float>::seeded(test::tiny_config(AttentionKind::softmax, 64), 1);
+    CHECK_ERROR(ShapeError, analyzer.run(other, tokens, rows_at({1}), result), "made for another configuration");
+    // No rows: nothing to measure, not an error.
+    analyzer.run(model, tokens, {}, result);
+    CHECK(result.figures.empty());
+}
