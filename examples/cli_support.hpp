@@ -9,9 +9,12 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <new>
+#include <ostream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <system_error>
@@ -69,6 +72,41 @@ inline std::vector<std::int32_t> parse_tokens(const std::string& text, diffattn:
     if (tokens.empty()) throw UsageError{"--tokens: no token ids in \"" + text + "\""};
     return tokens;
 }
+
+/// Walks a command line flag by flag, alike in every program: `--help` or `-h` prints the help
+/// and exits 0; a flag given twice, or a flag without its value, is a UsageError.
+class Flags {
+public:
+    Flags(int argc, char** argv, void (*print_help)(std::ostream&)) : argc_(argc), argv_(argv), help_(print_help) {}
+
+    /// Moves to the next flag; false when there is none left.
+    bool next() {
+        if (++i_ >= argc_) return false;
+        flag_ = argv_[i_];
+        if (flag_ == "--help" || flag_ == "-h") {
+            help_(std::cout);
+            std::exit(0);
+        }
+        if (!seen_.insert(flag_).second) throw UsageError{flag_ + " is given more than once; give each flag once"};
+        return true;
+    }
+    const std::string& flag() const { return flag_; }
+    /// The value that follows the current flag.
+    std::string value() {
+        if (i_ + 1 >= argc_) throw UsageError{flag_ + " needs a value"};
+        return argv_[++i_];
+    }
+    /// True if `flag` was given (among those read so far).
+    bool given(const std::string& flag) const { return seen_.count(flag) != 0; }
+
+private:
+    int argc_;
+    char** argv_;
+    void (*help_)(std::ostream&);
+    int i_ = 0;
+    std::string flag_;
+    std::set<std::string> seen_;
+};
 
 /// Runs `body` (returning the exit status) as a program's main: every error is a message on
 /// stderr, prefixed with the program's name, and exit status 2.

@@ -101,19 +101,11 @@ std::vector<std::string> split(const std::string& text, char separator) {
 
 Options parse_arguments(int argc, char** argv) {
     Options o;
-    std::set<std::string> seen;
     std::optional<std::string> model;
-    for (int i = 1; i < argc; ++i) {
-        const std::string flag = argv[i];
-        if (flag == "--help" || flag == "-h") {
-            print_help(std::cout);
-            std::exit(0);
-        }
-        if (!seen.insert(flag).second) throw UsageError{flag + " is given more than once; give each flag once"};
-        const auto value = [&]() -> std::string {
-            if (i + 1 >= argc) throw UsageError{flag + " needs a value"};
-            return argv[++i];
-        };
+    cli::Flags flags(argc, argv, print_help);
+    while (flags.next()) {
+        const std::string& flag = flags.flag();
+        const auto value = [&] { return flags.value(); };
         if (flag == "--model") model = value();
         else if (flag == "--tokens") o.tokens_text = value();
         else if (flag == "--rows") o.rows_text = value();

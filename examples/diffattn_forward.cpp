@@ -161,18 +161,10 @@ void print_help(std::ostream& out) {
 
 Options parse_arguments(int argc, char** argv) {
     Options options;
-    std::set<std::string> seen;
-    for (int i = 1; i < argc; ++i) {
-        const std::string flag = argv[i];
-        if (flag == "--help" || flag == "-h") {
-            print_help(std::cout);
-            std::exit(0);
-        }
-        if (!seen.insert(flag).second) throw UsageError{flag + " is given more than once; give each flag once"};
-        const auto value = [&]() -> std::string {
-            if (i + 1 >= argc) throw UsageError{flag + " needs a value"};
-            return argv[++i];
-        };
+    cli::Flags flags(argc, argv, print_help);
+    while (flags.next()) {
+        const std::string& flag = flags.flag();
+        const auto value = [&] { return flags.value(); };
         if (flag == "--model") {
             options.model_dir = value();
         } else if (flag == "--tokens") {
@@ -214,7 +206,7 @@ Options parse_arguments(int argc, char** argv) {
         throw UsageError{"--prompt needs --model DIR (the tokenizer is DIR/tokenizer.json)"};
     }
     if (options.tokenize_only && !options.prompt) throw UsageError{"--tokenize needs --prompt TEXT"};
-    if (seen.count("--temperature") != 0 && options.generate == 0) throw UsageError{"--temperature needs --generate K"};
+    if (flags.given("--temperature") && options.generate == 0) throw UsageError{"--temperature needs --generate K"};
     for (const std::string& flag : options.sampling_flags) {
         if (options.sampling.greedy()) throw UsageError{flag + " needs --temperature X > 0 (greedy decoding takes the argmax)"};
     }
