@@ -28,8 +28,9 @@ inline void check_rows(const char* function, const std::vector<AnalysisRow>& row
         for (std::size_t i = 0; i < list.size(); ++i) {
             require<ShapeError>(list[i] >= 0 && list[i] < seq_len, function, ": rows[", r, "].", list_name, "[", i,
                                 "] is ", list[i], ", outside the sequence of ", seq_len, " tokens [0, ", seq_len, ")");
-            require<OptionError>(i == 0 || list[i] > list[i - 1], function, ": rows[", r, "].", list_name, "[", i,
-                                 "] is ", list[i], " after ", list[i - 1], "; the ", list_name,
+            if (i == 0) continue;  // list[i - 1] is read only when there is one
+            require<OptionError>(list[i] > list[i - 1], function, ": rows[", r, "].", list_name, "[", i, "] is ",
+                                 list[i], " after ", list[i - 1], "; the ", list_name,
                                  " positions must be strictly increasing");
         }
     };
