@@ -15,75 +15,13 @@ import math
 
 import torch
 
-SUBLN_EPS = 1e-5  # docs/math.md §3.1: subln eps is 1e-5 whatever rms_norm_eps says
+import torch_reference as R  # shapes, config defaults and constants are shared with it
 
-
-def lambda_init(depth):
-    return 0.8 - 0.6 * math.exp(-0.3 * depth)
-
-
-def full_config(cfg):
-    c = {"rms_norm_eps": 1e-5, "rope_theta": 10000.0, "dint_integral": "causal_softmax",
-         "diff_gqa_pairing": "per_head", "causal": True, "tie_word_embeddings": False}
-    c.update(cfg)
-    c.setdefault("num_key_value_heads", c["num_attention_heads"])
-    return c
-
-
-def map_width(cfg):
-    a, D, H = cfg["attention"], cfg["hidden_size"], cfg["num_attention_heads"]
-    if a == "softmax":
-        return D // H
-    if a in ("diff", "dint", "shared_diff"):
-        return D // (2 * H)
-    return cfg["head_dim"]
-
-
-def param_shapes(cfg):
-    """name -> shape, in the order the file stores them (docs/math.md §5)."""
-    cfg = full_config(cfg)
-    a = cfg["attention"]
-    D, H, Hkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    F, V = cfg["intermediate_size"], cfg["vocab_size"]
-    rep = H // Hkv
-    d = map_width(cfg)
-    if a in ("diff", "dint"):
-        att = {"q_proj.weight": [D, D], "k_proj.weight": [D // rep, D],
-               "v_proj.weight": [D // rep, D], "out_proj.weight": [D, D],
-               "lambda_q1": [d], "lambda_k1": [d], "lambda_q2": [d], "lambda_k2": [d],
-               "subln.weight": [2 * d]}
-    elif a == "softmax":
-        att = {"q_proj.weight": [D, D], "k_proj.weight": [D // rep, D],
-               "v_proj.weight": [D // rep, D], "out_proj.weight": [D, D]}
-    elif a == "shared_diff":
-        r = cfg["shared_diff_rank"]
-        att = {"q_base.weight": [d, D], "k_base.weight": [d, D]}
-        for nm in ("q1", "q2", "k1", "k2"):
-            att[nm + "_a"] = [H, D, r]
-            att[nm + "_b"] = [H, d, r]
-        att.update({"v_proj.weight": [D, D], "out_proj.weight": [D, D],
-                    "lambda_q1": [d], "lambda_k1": [d], "lambda_q2": [d], "lambda_k2": [d],
-                    "subln.weight": [2 * d]})
-    elif a == "diff_v2":
-        att = {"q_proj.weight": [2 * H * d, D], "k_proj.weight": [Hkv * d, D],
-               "v_proj.weight": [Hkv * d, D], "o_proj.weight": [D, H * d],
-               "lambda_proj.weight": [H, D]}
-    else:
-        raise ValueError(a)
-    shapes = {"model.embed_tokens.weight": [V, D]}
-    for i in range(cfg["num_hidden_layers"]):
-        p = "model.layers.%d." % i
-        shapes[p + "input_layernorm.weight"] = [D]
-        for k, s in att.items():
-            shapes[p + "self_attn." + k] = s
-        shapes[p + "post_attention_layernorm.weight"] = [D]
-        shapes[p + "mlp.gate_proj.weight"] = [F, D]
-        shapes[p + "mlp.up_proj.weight"] = [F, D]
-        shapes[p + "mlp.down_proj.weight"] = [D, F]
-    shapes["model.norm.weight"] = [D]
-    if not cfg["tie_word_embeddings"]:
-        shapes["lm_head.weight"] = [V, D]
-    return shapes
+full_config = R.full_config          # config.json with the docs/math.md §5 defaults filled in
+map_width = R.sub_width              # d of one query/key map (docs/math.md §3)
+param_shapes = R.model_param_shapes  # tensor name -> file shape, in file order (docs/math.md §5)
+lambda_init = R.lambda_init          # docs/math.md §2.5
+SUBLN_EPS = R.SUBLN_EPS              # docs/math.md §3.1: 1e-5 whatever rms_norm_eps says
 
 
 def init_params(cfg, generator, std=0.02):
@@ -258,7 +196,6 @@ def forward(tokens, params, cfg, want_maps=False, positions=None):
 def check_against_reference(cfg, seed=7, T=23, B=3):
     """Max |logit difference| between this batched model and tools/torch_reference.py (float64)
     on random weights of the given config. Returns the float64 difference."""
-    import torch_reference as R
     g = torch.Generator().manual_seed(seed)
     params = {k: v.to(torch.float64) for k, v in init_params(cfg, g, std=0.3).items()}
     for k in params:  # make norms and lambdas non-trivial
