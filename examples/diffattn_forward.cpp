@@ -47,7 +47,6 @@
 #include "cli_support.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -55,10 +54,8 @@
 #include <iostream>
 #include <new>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <string>
-#include <system_error>
 #include <vector>
 
 namespace {
@@ -244,7 +241,9 @@ class TextStream {
 public:
 #if defined(DIFFATTN_WITH_TOKENIZER)
     explicit TextStream(const std::optional<Tokenizer>& tokenizer) {
-        if (tokenizer) decoder_.emplace(*tokenizer, /*skip_special_tokens=*/true), tokenizer_ = &*tokenizer;
+        if (!tokenizer) return;
+        decoder_.emplace(*tokenizer, /*skip_special_tokens=*/true);
+        tokenizer_ = &*tokenizer;
     }
     bool active() const { return decoder_.has_value(); }
     void push(Token id) {
