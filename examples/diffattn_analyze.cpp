@@ -27,6 +27,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <new>
 #include <optional>
@@ -77,8 +78,9 @@ void print_help(std::ostream& out) {
            "                   a single position \"12\" is allowed. Default: none.\n"
            "  --noise SPANS    noise-context positions, likewise. Default: none.\n"
            "  --episodes FILE  episodes JSON (format diffattn-retrieval-episodes-1, tools/retrieval_figures.py):\n"
-           "                   every episode of every set that marks answer and noise positions; the\n"
-           "                   rows are each episode's scored positions. --set NAME: that set only.\n"
+           "                   every episode of every set. The rows are each episode's scored positions:\n"
+           "                   the accuracy of the argmax there is printed per set, and episodes that\n"
+           "                   mark answer and noise positions are analysed. --set NAME: that set only.\n"
            "  --json OUT       write every figure of every row, the per-layer means and the definitions.\n"
            "  --maps OUT_DIR   write the full maps of the kept rows, one JSON file per row (created;\n"
            "                   with --episodes, the first episode of each set).\n"
@@ -170,6 +172,7 @@ struct Sequence {
     std::vector<Token> tokens;
     std::vector<AnalysisRow> rows;
     std::vector<Token> targets;  // episodes: the expected next token at each row
+    bool marked = true;          // rows carry answer and noise positions (else: accuracy only)
 };
 
 Index json_index(const nlohmann::json& j, const std::string& where) {
@@ -184,7 +187,9 @@ std::vector<Index> json_positions(const nlohmann::json& j, const std::string& wh
     return out;
 }
 
-/// The episodes with answer and noise positions (format diffattn-retrieval-episodes-1).
+/// The episodes of an episode file (format diffattn-retrieval-episodes-1). Episodes that mark
+/// answer and noise positions are analysed at their scored rows; the others (accuracy sets) only
+/// score the argmax there.
 std::vector<Sequence> read_episodes(const Options& o, Index vocab_size) {
     const std::string source = "episodes file \"" + *o.episodes_path + "\"";
     const nlohmann::json doc = detail::parse_json_text<FileError>(
@@ -203,29 +208,35 @@ std::vector<Sequence> read_episodes(const Options& o, Index vocab_size) {
         const nlohmann::json& episodes = set.at("episodes");
         for (std::size_t e = 0; e < episodes.size(); ++e) {
             const nlohmann::json& ep = episodes[e];
-            if (!ep.contains("answer") || !ep.contains("noise")) continue;  // an accuracy-only set
+            const bool marked = ep.contains("answer") && ep.contains("noise");
             const std::string where = source + ": set \"" + name + "\" episode " + std::to_string(e);
-            Sequence s{name + "/" + std::to_string(e), name, {}, {}, {}};
+            Sequence s{name + "/" + std::to_string(e), name, {}, {}, {}, marked};
             for (const Index t : json_positions(ep.at("tokens"), where + " tokens")) {
                 if (t < 0 || t >= vocab_size) throw UsageError{where + ": token id " + std::to_string(t) + " outside the vocabulary"};
                 s.tokens.push_back(static_cast<Token>(t));
             }
             const std::vector<Index> score = json_positions(ep.at("score_pos"), where + " score_pos");
             const std::vector<Index> targets = json_positions(ep.at("targets"), where + " targets");
-            const nlohmann::json& answers = ep.at("answer");
-            if (targets.size() != score.size() || !answers.is_array() || answers.size() != score.size()) {
-                throw UsageError{where + ": score_pos, targets and answer must have one entry per question"};
+            const nlohmann::json no_answers = nlohmann::json::array();
+            const nlohmann::json& answers = marked ? ep.at("answer") : no_answers;
+            if (targets.size() != score.size() || score.empty() ||
+                (marked && (!answers.is_array() || answers.size() != score.size()))) {
+                throw UsageError{where + ": score_pos, targets (and answer) must have one entry per question"};
             }
+            const std::vector<Index> noise = marked ? json_positions(ep.at("noise"), where + " noise") : std::vector<Index>{};
             for (std::size_t r = 0; r < score.size(); ++r) {
-                s.rows.push_back(AnalysisRow{score[r], json_positions(answers[r], where + " answer"),
-                                             json_positions(ep.at("noise"), where + " noise"), false});
+                s.rows.push_back(AnalysisRow{score[r], marked ? json_positions(answers[r], where + " answer") : std::vector<Index>{},
+                                             noise, false});
+                if (targets[r] < 0 || targets[r] >= vocab_size) {
+                    throw UsageError{where + ": target id " + std::to_string(targets[r]) + " outside the vocabulary"};
+                }
                 s.targets.push_back(static_cast<Token>(targets[r]));
             }
             out.push_back(std::move(s));
         }
     }
     if (o.set_name && !set_found) throw UsageError{source + ": no set named \"" + *o.set_name + "\""};
-    if (out.empty()) throw UsageError{source + ": no episode marks answer and noise positions"};
+    if (out.empty()) throw UsageError{source + ": no episodes"};
     return out;
 }
 
@@ -273,6 +284,29 @@ void print_means(const std::string& title, const RowMeans& means) {
     }
 }
 
+/// The argmax predictions of a set's scored rows against their targets.
+struct SetScore {
+    Index correct = 0;
+    std::vector<Index> predicted;
+    std::vector<double> margin;  // top-1 minus top-2 logit of each row
+
+    void add(Index id, Token target, double row_margin) {
+        correct += id == target ? 1 : 0;
+        predicted.push_back(id);
+        margin.push_back(row_margin);
+    }
+    void merge(const SetScore& other) {
+        correct += other.correct;
+        predicted.insert(predicted.end(), other.predicted.begin(), other.predicted.end());
+        margin.insert(margin.end(), other.margin.begin(), other.margin.end());
+    }
+    Index total() const { return static_cast<Index>(predicted.size()); }
+    double accuracy() const { return static_cast<double>(correct) / static_cast<double>(total()); }
+    nlohmann::json json() const {
+        return {{"correct", correct}, {"total", total()}, {"accuracy", accuracy()}, {"predicted", predicted}, {"margin", margin}};
+    }
+};
+
 template <typename T>
 int run(const Options& o) {
     std::vector<std::string> warnings;
@@ -293,7 +327,7 @@ int run(const Options& o) {
         sequences = read_episodes(o, config.vocab_size);
         std::set<std::string> first_of_set;
         for (Sequence& s : sequences) {
-            if (o.maps_dir && first_of_set.insert(s.set).second) {
+            if (o.maps_dir && s.marked && first_of_set.insert(s.set).second) {
                 for (AnalysisRow& row : s.rows) row.keep_maps = true;
             }
         }
@@ -319,32 +353,40 @@ int run(const Options& o) {
 #endif
     AttentionAnalyzer<T> analyzer(config, max_len, threads);
     AnalysisResult result;
-    RowMeans all;
-    std::map<std::string, RowMeans> per_set;
+    RowMeans all;                              // rows that mark answer and noise positions
+    std::map<std::string, RowMeans> per_set;   // ... per set
+    std::map<std::string, SetScore> scores;    // episodes: the argmax at the scored rows, per set
     nlohmann::json sequences_json = nlohmann::json::array();
-    Index correct = 0, questions = 0;
+    const std::vector<AnalysisRow> no_rows;    // accuracy-only episodes: the forward alone
     for (const Sequence& s : sequences) {
-        analyzer.run(model, s.tokens, s.rows, result);
-        all.add(result);
-        per_set[s.set].add(result);
+        analyzer.run(model, s.tokens, s.marked ? s.rows : no_rows, result);
+        if (s.marked) {
+            all.add(result);
+            per_set[s.set].add(result);
+        }
         nlohmann::json seq = {{"name", s.name}, {"tokens", s.tokens.size()}, {"lambda", result.lambda}};
-        nlohmann::json rows = nlohmann::json::array(), predicted = nlohmann::json::array();
+        nlohmann::json rows = nlohmann::json::array();
         const ConstMatrixRef<T> logits = analyzer.logits(static_cast<Index>(s.tokens.size()));
         for (std::size_t r = 0; r < s.rows.size(); ++r) {
-            const Index id = top_logits(logits.row(s.rows[r].position), 1).front();
-            predicted.push_back(id);
+            const auto row_logits = logits.row(s.rows[r].position);
+            const std::vector<Index> top = top_logits(row_logits, 2);
+            const Index id = top.front();
+            // top1 - top2: how far the row is from a tie (a near-tie may flip between precisions).
+            const double margin = top.size() > 1 ? static_cast<double>(row_logits(top[0])) - static_cast<double>(row_logits(top[1]))
+                                                 : std::numeric_limits<double>::infinity();
+            rows.push_back({{"position", s.rows[r].position}, {"predicted", id}, {"margin", margin}});
             if (!s.targets.empty()) {
-                ++questions;
-                correct += id == s.targets[r] ? 1 : 0;
+                rows.back()["target"] = s.targets[r];
+                scores[s.set].add(id, s.targets[r], margin);
             }
+            if (!s.marked) continue;
             nlohmann::json layers = nlohmann::json::array();
             for (Index l = 0; l < result.n_layers; ++l) {
                 nlohmann::json heads = nlohmann::json::array();
                 for (Index h = 0; h < result.n_heads; ++h) heads.push_back(figures_json(result.at(l, h, static_cast<Index>(r))));
                 layers.push_back(heads);
             }
-            rows.push_back({{"position", s.rows[r].position}, {"predicted", id}, {"per_layer_head", layers}});
-            if (!s.targets.empty()) rows.back()["target"] = s.targets[r];
+            rows.back()["per_layer_head"] = layers;
         }
         seq["rows"] = rows;
         sequences_json.push_back(seq);
@@ -373,25 +415,46 @@ int run(const Options& o) {
               << config.num_hidden_layers << " layers, " << config.num_attention_heads << " heads)\n"
               << "sequences: " << sequences.size() << ", rows: " << all.rows() << "\n"
               << "measure: " << kMeasure << "\n";
-    if (questions > 0) std::cout << "accuracy: " << correct << " / " << questions << "\n";
-    for (const auto& [name, means] : per_set) {
-        if (per_set.size() > 1) print_means("set " + name, means);
+    std::vector<std::string> set_order;  // the sets in the order of the file
+    for (const Sequence& s : sequences) {
+        if (std::find(set_order.begin(), set_order.end(), s.set) == set_order.end()) set_order.push_back(s.set);
     }
-    print_means("all rows", all);
+    SetScore total;
+    for (const auto& [name, score] : scores) total.merge(score);
+    if (total.total() > 0) {
+        std::cout << "accuracy: " << total.correct << " / " << total.total() << "\n";
+        if (scores.size() > 1) {
+            std::cout << "accuracy per set (argmax at the scored rows):\n";
+            for (const std::string& name : set_order) {
+                const SetScore& score = scores.at(name);
+                std::cout << "  " << std::left << std::setw(24) << name << std::right << std::setw(5) << score.correct
+                          << " / " << std::setw(4) << score.total() << std::fixed << std::setprecision(3)
+                          << std::setw(8) << score.accuracy() << "\n";
+            }
+        }
+    }
+    for (const std::string& name : set_order) {
+        if (per_set.size() > 1 && per_set.count(name) > 0) print_means("set " + name, per_set.at(name));
+    }
+    if (all.rows() > 0) print_means("all rows", all);
 
     if (o.json_path) {
         nlohmann::json sets = nlohmann::json::object();
         for (const auto& [name, means] : per_set) sets[name] = means_json(means);
+        nlohmann::json accuracy_sets = nlohmann::json::object();
+        for (const auto& [name, score] : scores) accuracy_sets[name] = score.json();
         nlohmann::json doc = {{"format", "diffattn-analysis-1"},
                               {"model", o.model_dir},
                               {"attention", to_string(config.attention)},
                               {"precision", std::is_same_v<T, double> ? "double" : "float"},
                               {"measure", kMeasure},
                               {"averaging", kAveraging},
-                              {"summary", means_json(all)},
+                              {"summary", all.rows() > 0 ? means_json(all) : nlohmann::json()},
                               {"sets", sets},
                               {"sequences", sequences_json}};
-        if (questions > 0) doc["accuracy"] = {{"correct", correct}, {"total", questions}};
+        if (total.total() > 0) {
+            doc["accuracy"] = {{"correct", total.correct}, {"total", total.total()}, {"sets", accuracy_sets}};
+        }
         write_json(*o.json_path, doc);
         std::cout << "wrote " << *o.json_path << "\n";
     }
