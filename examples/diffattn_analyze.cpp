@@ -341,6 +341,13 @@ int run(const Options& o) {
             throw UsageError{s.name + ": " + e.what()};
         }
     }
+    if (o.json_path) {  // checked now: the file itself is written only at the end
+        const fs::path parent = fs::path(*o.json_path).parent_path();
+        std::error_code error;
+        if (!parent.empty() && !fs::is_directory(parent, error)) {
+            throw UsageError{"--json: the folder \"" + parent.string() + "\" of \"" + *o.json_path + "\" does not exist"};
+        }
+    }
     if (o.maps_dir) {
         std::error_code error;
         fs::create_directories(*o.maps_dir, error);

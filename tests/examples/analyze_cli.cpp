@@ -1,0 +1,192 @@
+// The command line of diffattn-analyze (examples/diffattn_analyze.cpp), run as a program on the
+// shipped retrieval models: its accuracy and attention figures equal the float64 PyTorch figures
+// of tests/data/retrieval/expected_<kind>.json (the tolerances of tests/analysis/
+// test_retrieval_models.cpp), the maps it writes are the maps its figures come from, and every
+// misuse exits 2 with a message before anything is written.
+//
+// Not named test_*.cpp: examples/CMakeLists.txt builds it (it needs the program's path), when
+// both the examples and the tests are built.
+#include "../model/model_files.hpp"
+
+#include "run_program.hpp"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using Catch::Matchers::Contains;
+using cli_test::check_refused;
+using cli_test::Run;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+Run run_analyze(const std::vector<std::string>& args) { return cli_test::run_program(DIFFATTN_ANALYZE_EXE, args); }
+
+std::string model_dir(const std::string& kind) { return (fs::path(DIFFATTN_MODELS_DIR) / "retrieval" / kind).string(); }
+std::string episodes_file() { return (fs::path(DIFFATTN_TEST_DATA_DIR) / "retrieval" / "episodes.json").string(); }
+
+json read_json(const fs::path& path) {
+    std::ifstream in(path);
+    REQUIRE(in.good());
+    return json::parse(in);
+}
+
+json expected(const std::string& kind) {
+    return read_json(fs::path(DIFFATTN_TEST_DATA_DIR) / "retrieval" / ("expected_" + kind + ".json"));
+}
+
+/// The episode `index` of the set `name` of the stored episodes.
+json stored_episode(const std::string& name, std::size_t index) {
+    const json episodes = read_json(episodes_file());
+    for (const json& set : episodes.at("sets")) {
+        if (set.at("name") == name) return set.at("episodes").at(index);
+    }
+    FAIL("no set " << name);
+    return {};
+}
+
+std::string joined(const std::vector<long>& values, const char* separator) {
+    std::ostringstream out;
+    for (std::size_t i = 0; i < values.size(); ++i) out << (i ? separator : "") << values[i];
+    return out.str();
+}
+
+}  // namespace
+
+TEST_CASE("diffattn-analyze: an attention set's figures and accuracy equal PyTorch's", "[examples][cli][analysis]") {
+    for (const std::string kind : {"diff", "dint_causal_softmax", "diff_v2"}) {
+        model_test::TempDir dir;
+        const fs::path out = dir.path() / "analysis.json";
+        const Run run = run_analyze({"--model", model_dir(kind), "--episodes", episodes_file(), "--set", "att_L64_depth50",
+                                     "--json", out.string()});
+        INFO(kind << "\n" << run.out << run.err);
+        REQUIRE(run.status == 0);
+        CHECK_THAT(run.out, Contains("accuracy: 40 / 40"));
+        CHECK_THAT(run.out, Contains("all rows (40 rows"));
+        const json got = read_json(out);
+        const json want = expected(kind);
+        CHECK(got.at("accuracy").at("sets").at("att_L64_depth50").at("predicted") ==
+              want.at("accuracy").at("att_L64_depth50").at("predicted"));
+        const json& want_layers = want.at("attention").at("att_L64_depth50").at("per_layer_head");
+        const json& got_layers = got.at("sets").at("att_L64_depth50").at("per_layer_head");
+        REQUIRE(got_layers.size() == want_layers.size());
+        for (std::size_t l = 0; l < want_layers.size(); ++l) {
+            REQUIRE(got_layers[l].size() == want_layers[l].size());
+            for (std::size_t h = 0; h < want_layers[l].size(); ++h) {
+                for (const auto& [name, value] : want_layers[l][h].items()) {
+                    INFO("layer " << l << " head " << h << " " << name);
+                    CHECK(std::abs(got_layers[l][h].at(name).get<double>() - value.get<double>()) <=
+                          64.0 * std::numeric_limits<float>::epsilon());
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("diffattn-analyze: an accuracy set is scored without attention figures", "[examples][cli][analysis]") {
+    model_test::TempDir dir;
+    const fs::path out = dir.path() / "analysis.json";
+    const Run run = run_analyze({"--model", model_dir("softmax"), "--episodes", episodes_file(), "--set", "acc_L256_N4_R2",
+                                 "--json", out.string(), "--precision", "double"});
+    INFO(run.out << run.err);
+    REQUIRE(run.status == 0);
+    const json want = expected("softmax").at("accuracy").at("acc_L256_N4_R2");
+    CHECK_THAT(run.out, Contains("accuracy: " + std::to_string(want.at("correct").get<long>()) + " / " +
+                                 std::to_string(want.at("total").get<long>())));
+    CHECK(run.out.find("all rows") == std::string::npos);
+    const json got = read_json(out);
+    CHECK(got.at("summary").is_null());
+    const json& set = got.at("accuracy").at("sets").at("acc_L256_N4_R2");
+    CHECK(set.at("predicted") == want.at("predicted"));
+    const std::vector<double> margin = set.at("margin").get<std::vector<double>>();
+    const std::vector<double> want_margin = want.at("margin").get<std::vector<double>>();
+    REQUIRE(margin.size() == want_margin.size());
+    for (std::size_t r = 0; r < margin.size(); ++r) CHECK(std::abs(margin[r] - want_margin[r]) <= 1e-6);
+}
+
+TEST_CASE("diffattn-analyze: --maps writes the maps the figures come from", "[examples][cli][analysis]") {
+    // One stored attention episode, given as tokens with its answer and noise spans, every row kept.
+    const json episode = stored_episode("att_L64_depth25", 0);
+    const std::vector<long> tokens = episode.at("tokens").get<std::vector<long>>();
+    const std::vector<long> answer = episode.at("answer")[0].get<std::vector<long>>();
+    const std::vector<long> noise = episode.at("noise").get<std::vector<long>>();
+    const long question = episode.at("score_pos")[0].get<long>();
+    model_test::TempDir dir;
+    const fs::path maps = dir.path() / "maps", out = dir.path() / "analysis.json";
+    const Run run = run_analyze({"--model", model_dir("dint_causal_mean"), "--tokens", joined(tokens, " "), "--rows",
+                                 "3," + std::to_string(question), "--answer", joined(answer, ","), "--noise",
+                                 joined(noise, ","), "--maps", maps.string(), "--json", out.string()});
+    INFO(run.out << run.err);
+    REQUIRE(run.status == 0);
+    const json figures = read_json(out).at("sequences").at(0).at("rows");
+    REQUIRE(figures.size() == 2);
+    for (const json& row : figures) {
+        const long position = row.at("position").get<long>();
+        const json map = read_json(maps / ("tokens_row" + std::to_string(position) + ".json"));
+        CHECK(map.at("position") == position);
+        CHECK(map.at("tokens").get<std::vector<long>>() == tokens);
+        const json& layers = map.at("layers");
+        REQUIRE(layers.size() == 2);
+        for (std::size_t l = 0; l < layers.size(); ++l) {
+            REQUIRE(layers[l].size() == 2);
+            for (const json& head : layers[l]) {
+                const std::vector<double> a1 = head.at("a1").get<std::vector<double>>();
+                const std::vector<double> combined = head.at("combined").get<std::vector<double>>();
+                REQUIRE(static_cast<long>(combined.size()) == position + 1);  // the keys a causal row sees
+                REQUIRE(a1.size() == combined.size());
+                double a1_sum = 0, row_sum = 0, answer_mass = 0;
+                for (std::size_t j = 0; j < combined.size(); ++j) {
+                    a1_sum += a1[j];
+                    row_sum += combined[j];
+                }
+                for (const long j : answer) answer_mass += j <= position ? combined[static_cast<std::size_t>(j)] : 0.0;
+                const json& f = row.at("per_layer_head").at(l).at(head.at("head").get<std::size_t>());
+                CHECK(std::abs(a1_sum - 1.0) <= 1e-12);
+                CHECK(std::abs(row_sum - f.at("row_sum").get<double>()) <= 1e-12);
+                CHECK(std::abs(answer_mass / row_sum - f.at("answer").get<double>()) <= 1e-12);
+            }
+        }
+    }
+    CHECK(fs::exists(maps / ("tokens_row" + std::to_string(question) + ".json")));
+}
+
+TEST_CASE("diffattn-analyze: misuse exits 2 with a message before anything is written", "[examples][cli][analysis]") {
+    const std::string model = model_dir("diff");
+    model_test::TempDir dir;
+    const fs::path out = dir.path() / "out.json";
+    check_refused(run_analyze({"--tokens", "0 1 2"}), {"--model DIR is required"});
+    check_refused(run_analyze({"--model", model}), {"give either --tokens or --episodes"});
+    check_refused(run_analyze({"--model", model, "--tokens", "0 1", "--episodes", episodes_file()}),
+                  {"give either --tokens or --episodes"});
+    check_refused(run_analyze({"--model", model, "--tokens", "0 1", "--set", "x"}), {"--set NAME needs --episodes"});
+    check_refused(run_analyze({"--model", model, "--episodes", episodes_file(), "--rows", "1"}),
+                  {"--rows, --answer and --noise go with --tokens"});
+    check_refused(run_analyze({"--model", model, "--episodes", episodes_file(), "--set", "no_such_set"}),
+                  {"no set named \"no_such_set\""});
+    check_refused(run_analyze({"--model", model, "--tokens", "0 1 2", "--answer", "2:1"}), {"--answer", "is empty"});
+    check_refused(run_analyze({"--model", model, "--tokens", "0 1 2", "--noise", "1:9"}), {"--noise", "sequence of 3 tokens"});
+    check_refused(run_analyze({"--model", model, "--tokens", "0 1 2", "--rows", "3"}), {"--rows", "sequence of 3 tokens"});
+    check_refused(run_analyze({"--model", model, "--tokens", "0 1 999"}), {"999"});
+    check_refused(run_analyze({"--model", model, "--tokens", "0 1", "--precision", "half"}), {"--precision must be float or double"});
+    // An episodes file that is not one, and a --json or --maps path that cannot be written.
+    const fs::path not_episodes = dir.path() / "not_episodes.json";
+    std::ofstream(not_episodes) << "{\"format\": \"something else\"}";
+    check_refused(run_analyze({"--model", model, "--episodes", not_episodes.string()}), {"not an episodes file"});
+    check_refused(run_analyze({"--model", model, "--tokens", "0 1 2", "--json", (dir.path() / "missing" / "x.json").string()}),
+                  {"--json", "missing"});
+    const fs::path a_file = dir.path() / "a_file";
+    std::ofstream(a_file) << "x";
+    check_refused(run_analyze({"--model", model, "--tokens", "0 1 2", "--maps", a_file.string(), "--json", out.string()}),
+                  {"--maps"});
+    CHECK_FALSE(fs::exists(out));
+    CHECK_FALSE(fs::exists(dir.path() / "missing"));
+}
