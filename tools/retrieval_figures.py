@@ -32,52 +32,13 @@ ROOT = os.path.dirname(HERE)
 DATA = os.path.join(ROOT, "tests", "data", "retrieval")
 MODELS = os.path.join(ROOT, "models", "retrieval")
 
-FORMAT = "diffattn-retrieval-episodes-1"
-EVAL_SEED = 1900
-LENGTH_FACTORS = (1, 4, 16)
-CELLS = [(N, R_) for N in (1, 2, 4, 6) for R_ in (1, 2) if R_ <= N]
-ACC_EPISODES = {1: 50, 4: 16, 16: 6}       # per (N, R) cell, by length factor (stored set)
-TABLE_EPISODES = {1: 200, 4: 60, 16: 20}     # per cell for the PyTorch-only table (--table)
-DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
-ATT_NEEDLES, ATT_EPISODES = 4, 40           # attention set: N = 4, R = 1, per depth
+from retrieval_episodes import (ACC_EPISODES, ATT_EPISODES, CELLS, DEPTHS,  # noqa: E402
+                                EVAL_SEED, LENGTH_FACTORS, TABLE_EPISODES, make_sets, vocab)
+import retrieval_episodes as E  # noqa: E402
+
 # Two rows whose float64 logits differ by less than this at the top are reported as near-ties
 # (a float32 implementation may pick either).
 NEAR_TIE = 1e-3
-
-
-def vocab():
-    t = TR.TASK
-    return task.Vocab(t["n_noise"], t["n_keys"], t["n_values"], t["style"])
-
-
-def make_sets(v, train_len, episodes_per_cell, seed, with_attention=True):
-    """The list of episode sets (deterministic in seed)."""
-    sets = []
-    rng = np.random.default_rng(seed)
-    for f in LENGTH_FACTORS:
-        L = train_len * f
-        for N, R_ in CELLS:
-            eps = [task.make_episode(rng, v, L, N, R_) for _ in range(episodes_per_cell[f])]
-            sets.append({"name": "acc_L%d_N%d_R%d" % (L, N, R_), "purpose": "accuracy",
-                         "context_len": L, "needles": N, "questions": R_, "depth": None,
-                         "episodes": eps})
-    if with_attention:
-        for dp in DEPTHS:
-            eps = [task.make_episode(rng, v, train_len, ATT_NEEDLES, 1, depth=dp)
-                   for _ in range(ATT_EPISODES)]
-            sets.append({"name": "att_L%d_depth%d" % (train_len, round(100 * dp)),
-                         "purpose": "attention", "context_len": train_len,
-                         "needles": ATT_NEEDLES, "questions": 1, "depth": dp, "episodes": eps})
-    return sets
-
-
-def stored_episode(e, purpose):
-    s = {"tokens": e["tokens"], "score_pos": e["score_pos"], "targets": e["targets"],
-         "depth": [round(x, 6) for x in e["depth"]]}
-    if purpose == "attention":
-        s["answer"] = e["answer"]
-        s["noise"] = e["noise"]
-    return s
 
 
 def load_model(kind, dtype, models=MODELS):
@@ -187,15 +148,7 @@ def run(kinds, models=MODELS, data=DATA, with_table=False, log=print):
     train_len = TR.SCHED["train_len"]
     sets = make_sets(v, train_len, ACC_EPISODES, EVAL_SEED)
     os.makedirs(data, exist_ok=True)
-    doc = {"format": FORMAT, "generator": "tools/retrieval_figures.py", "seed": EVAL_SEED,
-           "train_len": train_len, "vocab": v.describe(),
-           "sets": [{k: (st[k] if k != "episodes" else
-                         [stored_episode(e, st["purpose"]) for e in st[k]])
-                     for k in ("name", "purpose", "context_len", "needles", "questions", "depth",
-                               "episodes")} for st in sets]}
-    with open(os.path.join(data, "episodes.json"), "w") as f:
-        json.dump(doc, f, separators=(",", ":"))
-        f.write("\n")
+    E.write(os.path.join(data, "episodes.json"), E.document(v, train_len, sets, EVAL_SEED))
     for kind in kinds:
         exp = expected_for(kind, sets, models)
         with open(os.path.join(data, "expected_%s.json" % kind), "w") as f:
@@ -210,10 +163,10 @@ def run(kinds, models=MODELS, data=DATA, with_table=False, log=print):
             with open(path) as f:
                 old = json.load(f).get("accuracy", {})
         for kind in kinds:
-            old[kind] = table(kind, train_len, EVAL_SEED + 1, models)
+            old[kind] = table(kind, train_len, E.TABLE_SEED, models)
             log("%s table %s" % (kind, json.dumps(old[kind])))
         with open(path, "w") as f:
-            json.dump({"precision": "float32", "seed": EVAL_SEED + 1,
+            json.dump({"precision": "float32", "seed": E.TABLE_SEED,
                        "episodes_per_cell": {"L%d" % (train_len * k): n
                                              for k, n in TABLE_EPISODES.items()},
                        "accuracy": {k: old[k] for k in sorted(old)}}, f, indent=1)
