@@ -88,6 +88,15 @@ void check_means(const std::string& where, const RowMeans& means, const json& ex
     }
 }
 
+/// Which sets a run checks: in float every set, in double all but the 16x ones (float covers
+/// them). Under AddressSanitizer (about 10x slower; the figures are the release run's to check)
+/// float runs one attention set and one accuracy set at the training length, double one set.
+bool checked_here(const json& set, bool is_double) {
+    const std::string name = set.at("name");
+    if (kSanitized) return is_double ? name == "att_L64_depth0" : (name == "att_L64_depth50" || name == "acc_L64_N6_R2");
+    return !is_double || set.at("context_len").get<Index>() <= 256;
+}
+
 template <typename T>
 void check_model(const std::string& kind, const json& episodes) {
     constexpr bool is_double = std::is_same_v<T, double>;
@@ -107,10 +116,7 @@ void check_model(const std::string& kind, const json& episodes) {
     for (const json& set : episodes.at("sets")) {
         const std::string name = set.at("name");
         const bool attention = set.at("purpose") == "attention";
-        // The longest contexts are checked in float; under AddressSanitizer (about 10x slower) only
-        // the training length, and in double only the attention sets there.
-        const Index context = set.at("context_len").get<Index>();
-        if ((is_double && context > 256) || (kSanitized && (context > 64 || (is_double && !attention)))) continue;
+        if (!checked_here(set, is_double)) continue;
         const json& want = expected.at("accuracy").at(name);
         const std::vector<Index> want_predicted = want.at("predicted").get<std::vector<Index>>();
         const std::vector<double> want_margin = want.at("margin").get<std::vector<double>>();
@@ -154,8 +160,8 @@ void check_model(const std::string& kind, const json& episodes) {
         if (attention) check_means(kind + " " + name, means, expected.at("attention").at(name), attention_tolerance);
         ++sets_checked;
     }
-    CHECK(sets_checked >= (kSanitized && is_double ? 5 : 12));  // the attention sets, and the accuracy sets at 64
-    check_means(kind + " all depths", all_depths, expected.at("attention").at("all_depths"), attention_tolerance);
+    CHECK(sets_checked >= (kSanitized ? 1 : 12));  // the attention sets, and the accuracy sets at 64
+    if (!kSanitized) check_means(kind + " all depths", all_depths, expected.at("attention").at("all_depths"), attention_tolerance);
 }
 
 /// The kinds shipped: every models/retrieval/<kind>/ directory, which must have expected figures.
