@@ -34,6 +34,7 @@
 # Timings are never asserted; the exit code reflects only build and run failures.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/build-dir.sh
 
 quick=0
 filter=""
@@ -95,13 +96,7 @@ fi
 # 2. Build (own build directory; a cache made for another checkout is started afresh).
 preset=bench
 build_dir=build/$preset
-if [[ -f "$build_dir/CMakeCache.txt" ]]; then
-  cached_src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build_dir/CMakeCache.txt")
-  if [[ "$cached_src" != "$(pwd -P)" && "$cached_src" != "$(pwd)" ]]; then
-    echo "bench.sh: $build_dir was configured for $cached_src; removing it"
-    rm -rf "$build_dir"
-  fi
-fi
+clear_foreign_build_dir "$build_dir" bench.sh
 cmake --preset "$preset"
 cmake --build --preset "$preset" -j "${BENCH_JOBS:-2}" --target bench_kernels bench_model bench_decode bench_memory
 bin=$build_dir/bench

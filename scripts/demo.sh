@@ -6,18 +6,13 @@ set -euo pipefail
 DEMO_TARGET=diffattn-forward    # the model demo (examples/diffattn_forward.cpp); diffattn-kernel-demo runs the kernels alone
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/build-dir.sh
 
 scripts/install-deps.sh >&2
 
 preset=release
 build_dir=build/$preset
-if [[ -f "$build_dir/CMakeCache.txt" ]]; then
-  cached_src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build_dir/CMakeCache.txt")
-  if [[ "$cached_src" != "$(pwd -P)" && "$cached_src" != "$(pwd)" ]]; then
-    echo "demo.sh: $build_dir was configured for $cached_src; removing it" >&2
-    rm -rf "$build_dir"
-  fi
-fi
+clear_foreign_build_dir "$build_dir" demo.sh
 
 # Build output goes to stderr so that stdout is only the demo's own output.
 cmake --preset "$preset" >&2

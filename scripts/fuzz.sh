@@ -10,6 +10,7 @@
 # Exits with libFuzzer's status: 0 when nothing was found. docs/fuzzing.md has the details.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/build-dir.sh
 
 usage() {
   echo "usage: scripts/fuzz.sh safetensors|config_json|kernels [SECONDS]" >&2
@@ -32,13 +33,7 @@ scripts/install-deps.sh
 preset=fuzz
 build_dir=build/$preset
 # As scripts/test.sh: a cache made for another source directory cannot be reused.
-if [[ -f "$build_dir/CMakeCache.txt" ]]; then
-  cached_src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build_dir/CMakeCache.txt")
-  if [[ "$cached_src" != "$(pwd -P)" && "$cached_src" != "$(pwd)" ]]; then
-    echo "fuzz.sh: $build_dir was configured for $cached_src; removing it"
-    rm -rf "$build_dir"
-  fi
-fi
+clear_foreign_build_dir "$build_dir" fuzz.sh
 cmake --preset "$preset"
 cmake --build --preset "$preset" --target "fuzz_$target" -j "${FUZZ_BUILD_JOBS:-2}"
 

@@ -9,18 +9,13 @@
 # About 4 minutes on one core. Arguments are passed to tools/retrieval_report.py (--threads T).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/build-dir.sh
 
 scripts/install-deps.sh python3 python3-numpy python3-matplotlib
 
 preset=release
 build_dir=build/$preset
-if [[ -f "$build_dir/CMakeCache.txt" ]]; then
-  cached_src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build_dir/CMakeCache.txt")
-  if [[ "$cached_src" != "$(pwd -P)" && "$cached_src" != "$(pwd)" ]]; then
-    echo "retrieval-report.sh: $build_dir was configured for $cached_src; removing it"
-    rm -rf "$build_dir"
-  fi
-fi
+clear_foreign_build_dir "$build_dir" retrieval-report.sh
 cmake --preset "$preset"
 cmake --build --preset "$preset" -j "$(nproc 2>/dev/null || echo 2)" --target diffattn-analyze
 

@@ -9,6 +9,7 @@
 # Usage: scripts/test-sanitizers.sh [asan|tsan]...   (default: both). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/build-dir.sh
 
 scripts/install-deps.sh
 
@@ -24,14 +25,7 @@ for preset in "${presets[@]}"; do
     *) echo "test-sanitizers.sh: unknown preset '$preset' (asan or tsan)" >&2; exit 2 ;;
   esac
   build_dir=build/$preset
-  # A build directory copied from another checkout cannot be reused (see test.sh).
-  if [[ -f "$build_dir/CMakeCache.txt" ]]; then
-    cached_src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build_dir/CMakeCache.txt")
-    if [[ "$cached_src" != "$(pwd -P)" && "$cached_src" != "$(pwd)" ]]; then
-      echo "test-sanitizers.sh: $build_dir was configured for $cached_src; removing it"
-      rm -rf "$build_dir"
-    fi
-  fi
+  clear_foreign_build_dir "$build_dir" test-sanitizers.sh
   start=$SECONDS
   echo "== test-sanitizers.sh: $preset: configure, build, test"
   cmake --preset "$preset"

@@ -3,6 +3,7 @@
 # preset (build/release). Exits non-zero if anything fails.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/build-dir.sh
 
 scripts/install-deps.sh
 
@@ -10,15 +11,7 @@ preset=release
 build_dir=build/$preset
 jobs=$(nproc 2>/dev/null || echo 2)
 
-# A build directory copied or moved from another checkout cannot be reused (CMake refuses a
-# cache made for another source directory): start it afresh.
-if [[ -f "$build_dir/CMakeCache.txt" ]]; then
-  cached_src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build_dir/CMakeCache.txt")
-  if [[ "$cached_src" != "$(pwd -P)" && "$cached_src" != "$(pwd)" ]]; then
-    echo "test.sh: $build_dir was configured for $cached_src; removing it"
-    rm -rf "$build_dir"
-  fi
-fi
+clear_foreign_build_dir "$build_dir" test.sh
 
 cmake --preset "$preset"
 cmake --build --preset "$preset" -j "$jobs"

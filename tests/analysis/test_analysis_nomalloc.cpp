@@ -7,6 +7,7 @@
 // integrals, which stream over every earlier row of A1.
 #include "../no_malloc_guard.hpp"  // first: routes eigen_assert to a counter
 #include "diffattn/analysis/attention_analysis.hpp"
+#include "../address_sanitizer.hpp"
 #include "../model/small_configs.hpp"
 
 #include <catch2/catch.hpp>
@@ -26,17 +27,7 @@ namespace {
 // O(N^2) entries per analysed row: 2,048 tokens took over ten minutes of the CI's sanitizer run.
 // The property does not depend on N (nothing of size N x S may be formed at any N), so the
 // sanitizer build checks it on 256 tokens (any allocation still fails it).
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+constexpr bool kSanitized = diffattn_test::kAddressSanitizer;
 
 }  // namespace
 

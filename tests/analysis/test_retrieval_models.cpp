@@ -15,6 +15,7 @@
 #include "diffattn/analysis/attention_analysis.hpp"
 #include "diffattn/model/logit_ranking.hpp"
 
+#include "../address_sanitizer.hpp"
 #include "../model/model_files.hpp"
 
 #include <catch2/catch.hpp>
@@ -39,17 +40,7 @@ namespace {
 
 const char* const kMeasures[] = {"answer", "noise", "negative_mass", "negative_fraction", "row_sum"};
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+constexpr bool kSanitized = diffattn_test::kAddressSanitizer;
 
 json read_json(const fs::path& path) {
     std::ifstream in(path);
