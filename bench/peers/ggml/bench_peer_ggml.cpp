@@ -1,0 +1,169 @@
+// Side by side in one binary: ggml's CPU flash attention (ggml_flash_attn_ext, the kernel
+// llama.cpp's decode runs) and diffattn's kernel on the same decode shape, next to a streaming
+// read of memory (the bandwidth yardstick). Not part of the project's build:
+// bench/peers/ggml/run.sh builds it against a ggml checkout in a scratch folder
+// (docs/benchmarks.md, "Decode against ggml").
+//
+// Shape (issue 20): one query row, S keys (default 8192), head dim 128, 16 heads (no GQA), no
+// mask (every key visible, as in a decode step), K and V in f32 or f16.
+//
+//   stream_read/threads:T                the yardstick: a sum over a 512 MB buffer, T threads
+//   ggml_decode/kv:<f32|f16>/threads:T   ggml_flash_attn_ext, graph planned once, a persistent
+//                                        ggml threadpool of T threads
+//   diffattn_decode/kv:<f32|f16>/threads:T  diffattn's softmax_attention per head (kv f16:
+//                                        DIFFATTN_PEER_HALF_KV, the half-precision cache path)
+// Counters: bytes (what one call reads: K and V, or the buffer), GB/s = bytes / mean time per
+// call, and share = that rate over the stream_read rate of the same thread count in this run.
+#include "diffattn/kernels/softmax_attention.hpp"
+
+#include <benchmark/benchmark.h>
+
+#include <ggml-cpu.h>
+#include <ggml.h>
+
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kHeadDim = 128;
+constexpr int64_t kHeads = 16;
+int64_t g_keys = 8192;
+
+std::map<int, double> g_stream_rate;  // threads -> bytes/s of stream_read in this run
+
+std::vector<float> random_values(std::size_t n, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(gen);
+    return v;
+}
+
+/// Times every iteration of `state` running `call`, then sets the counters: GB/s = bytes one call
+/// reads / the mean time per call; share = that rate over the stream_read rate of
+/// the same thread count in this run. Returns the rate in bytes/s.
+template <typename Call>
+double run_timed(benchmark::State& state, double bytes, int threads, Call&& call) {
+    double seconds = 0;
+    std::int64_t calls = 0;
+    for (auto _ : state) {
+        const auto start = std::chrono::steady_clock::now();
+        call();
+        seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        ++calls;
+    }
+    const double rate = bytes * static_cast<double>(calls) / seconds;
+    state.counters["bytes"] = bytes;
+    state.counters["GB/s"] = rate * 1e-9;
+    const auto it = g_stream_rate.find(threads);
+    if (it != g_stream_rate.end()) state.counters["share"] = rate / it->second;
+    return rate;
+}
+
+void stream_read(benchmark::State& state, int threads) {
+    const std::size_t n = (std::size_t(512) << 20) / sizeof(double);
+    std::vector<double> buffer(n, 1.0);
+    double sink = 0;
+    g_stream_rate[threads] = run_timed(state, static_cast<double>(n * sizeof(double)), threads, [&] {
+        double total = 0;
+#pragma omp parallel for num_threads(threads) reduction(+ : total) schedule(static)
+        for (std::size_t i = 0; i < n; ++i) total += buffer[i];
+        sink += total;
+    });
+    benchmark::DoNotOptimize(sink);
+    state.counters.erase("share");  // the yardstick itself (an earlier run of it set the rate)
+}
+
+void ggml_decode(benchmark::State& state, bool half, int threads) {
+    const ggml_type kv_type = half ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    const std::size_t kv_elems = static_cast<std::size_t>(kHeadDim * g_keys * kHeads);
+    ggml_init_params params{};
+    params.mem_size = 2 * kv_elems * sizeof(float) + (std::size_t(64) << 20);
+    params.no_alloc = false;
+    ggml_context* ctx = ggml_init(params);
+    ggml_tensor* q = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, kHeadDim, 1, kHeads, 1);
+    ggml_tensor* k = ggml_new_tensor_4d(ctx, kv_type, kHeadDim, g_keys, kHeads, 1);
+    ggml_tensor* v = ggml_new_tensor_4d(ctx, kv_type, kHeadDim, g_keys, kHeads, 1);
+    const std::vector<float> qv = random_values(kHeadDim * kHeads, 1), kv = random_values(kv_elems, 2),
+                             vv = random_values(kv_elems, 3);
+    std::memcpy(q->data, qv.data(), qv.size() * sizeof(float));
+    if (half) {
+        ggml_fp32_to_fp16_row(kv.data(), static_cast<ggml_fp16_t*>(k->data), static_cast<int64_t>(kv_elems));
+        ggml_fp32_to_fp16_row(vv.data(), static_cast<ggml_fp16_t*>(v->data), static_cast<int64_t>(kv_elems));
+    } else {
+        std::memcpy(k->data, kv.data(), kv_elems * sizeof(float));
+        std::memcpy(v->data, vv.data(), kv_elems * sizeof(float));
+    }
+    ggml_tensor* out = ggml_flash_attn_ext(ctx, q, k, v, nullptr, 1.0f / std::sqrt(float(kHeadDim)), 0.0f, 0.0f);
+    ggml_cgraph* graph = ggml_new_graph(ctx);
+    ggml_build_forward_expand(graph, out);
+    ggml_threadpool_params tp = ggml_threadpool_params_default(threads);
+    ggml_threadpool* pool = ggml_threadpool_new(&tp);
+    ggml_cplan plan = ggml_graph_plan(graph, threads, pool);
+    std::vector<std::uint8_t> work(plan.work_size);
+    plan.work_data = work.data();
+    run_timed(state, 2.0 * static_cast<double>(kv_elems) * (half ? 2 : 4), threads, [&] {
+        ggml_graph_compute(graph, &plan);
+        benchmark::ClobberMemory();
+    });
+    ggml_threadpool_free(pool);
+    ggml_free(ctx);
+}
+
+void diffattn_decode(benchmark::State& state, int threads) {
+    using diffattn::Index;
+    using Matrix = diffattn::RowMatrix<float>;
+    const Index d = kHeadDim, heads = kHeads, keys = g_keys;
+    // Row-major [S x heads d] like a KV cache; one head is a column block.
+    Matrix q = Eigen::Map<const Matrix>(random_values(d * heads, 1).data(), 1, d * heads);
+    Matrix k = Eigen::Map<const Matrix>(random_values(keys * d * heads, 2).data(), keys, d * heads);
+    Matrix v = Eigen::Map<const Matrix>(random_values(keys * d * heads, 3).data(), keys, d * heads);
+    Matrix out(1, d * heads);
+    std::vector<diffattn::AttentionWorkspace<float>> ws(static_cast<std::size_t>(heads));
+    diffattn::AttentionOptions options;
+    options.mask = diffattn::MaskKind::none;
+    run_timed(state, 2.0 * static_cast<double>(keys * d * heads) * 4, threads, [&] {
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (Index h = 0; h < heads; ++h) {
+            diffattn::softmax_attention(q.middleCols(h * d, d), k.middleCols(h * d, d), v.middleCols(h * d, d),
+                                        out.middleCols(h * d, d), options, &ws[static_cast<std::size_t>(h)]);
+        }
+        benchmark::ClobberMemory();
+    });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+        if (std::strncmp(argv[i], "--keys=", 7) == 0) g_keys = std::atoll(argv[i] + 7);
+    }
+    ggml_cpu_init();
+    // The yardstick first, so that the share counters of the kernels can use its rates.
+    const auto add = [](const std::string& name, auto fn) {
+        benchmark::RegisterBenchmark(name.c_str(), fn)->Unit(benchmark::kMillisecond)->UseRealTime();
+    };
+    for (int t : {1, 2}) {
+        add("stream_read/threads:" + std::to_string(t), [t](benchmark::State& s) { stream_read(s, t); });
+    }
+    for (int t : {1, 2}) {
+        const std::string threads = "/threads:" + std::to_string(t);
+        add("ggml_decode/kv:f32" + threads, [t](benchmark::State& s) { ggml_decode(s, false, t); });
+        add("diffattn_decode/kv:f32" + threads, [t](benchmark::State& s) { diffattn_decode(s, t); });
+        add("ggml_decode/kv:f16" + threads, [t](benchmark::State& s) { ggml_decode(s, true, t); });
+    }
+    benchmark::Initialize(&argc, argv);
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}
