@@ -11,7 +11,7 @@
 #pragma once
 
 #include "diffattn/core/error.hpp"
-#include "diffattn/model/config_json.hpp"
+#include "diffattn/io/json_file.hpp"
 #include "diffattn/text/added_tokens.hpp"
 #include "diffattn/text/bpe_model.hpp"
 #include "diffattn/text/post_processor.hpp"
@@ -49,7 +49,7 @@ public:
         const std::string text =
             diffattn::detail::read_text_file(file, source, max_tokenizer_json_bytes, "a tokenizer.json");
         Tokenizer tokenizer = from_json(
-            diffattn::detail::parse_json_text(text, source, max_config_json_depth, "a tokenizer"), source);
+            diffattn::detail::parse_json_text(text, source, max_tokenizer_json_depth, "a tokenizer"), source);
         const fs::path config_file = file.parent_path() / "tokenizer_config.json";
         if (fs::exists(config_file, error)) {
             const std::string config_source =
@@ -57,7 +57,7 @@ public:
             const std::string config_text = diffattn::detail::read_text_file(
                 config_file, config_source, max_tokenizer_config_json_bytes, "a tokenizer_config.json");
             tokenizer.set_bos_eos(read_tokenizer_config_json(
-                diffattn::detail::parse_json_text(config_text, config_source, max_config_json_depth, "a tokenizer config"),
+                diffattn::detail::parse_json_text(config_text, config_source, max_tokenizer_json_depth, "a tokenizer config"),
                 config_source), config_source);
         }
         return tokenizer;
@@ -71,7 +71,7 @@ public:
 
     /// from_json of tokenizer.json text. A JSON syntax error is a ConfigError.
     static Tokenizer from_json_text(const std::string& text, const std::string& source = "tokenizer.json") {
-        return from_json(diffattn::detail::parse_json_text(text, source, max_config_json_depth, "a tokenizer"), source);
+        return from_json(diffattn::detail::parse_json_text(text, source, max_tokenizer_json_depth, "a tokenizer"), source);
     }
 
     /// The ids of `text` (UTF-8; an Error naming the offset of the first invalid byte otherwise),

@@ -3,7 +3,8 @@
 #pragma once
 
 #include "diffattn/core/error.hpp"
-#include "diffattn/model/config_json.hpp"
+#include "diffattn/io/json_file.hpp"
+#include "diffattn/io/json_reader.hpp"
 #include "diffattn/text/tokenizer_json.hpp"
 
 #include <nlohmann/json.hpp>

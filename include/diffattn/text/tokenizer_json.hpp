@@ -14,7 +14,8 @@
 #pragma once
 
 #include "diffattn/core/error.hpp"
-#include "diffattn/model/config_json.hpp"
+#include "diffattn/io/json_file.hpp"
+#include "diffattn/io/json_reader.hpp"
 #include "diffattn/text/added_tokens.hpp"
 #include "diffattn/text/pre_tokenizer.hpp"
 
@@ -33,6 +34,10 @@ namespace diffattn::text {
 
 /// Largest tokenizer.json Tokenizer::load reads, in bytes (Llama 3's is about 9 MB).
 inline constexpr std::uintmax_t max_tokenizer_json_bytes = std::uintmax_t(256) << 20;
+
+/// Deepest JSON nesting accepted in tokenizer.json and tokenizer_config.json (real files nest a few
+/// levels). Deeper input is rejected while parsing, so no recursive walk meets a pathological depth.
+inline constexpr int max_tokenizer_json_depth = 32;
 
 /// The parts of a tokenizer.json, read and checked key by key.
 struct TokenizerJson {
