@@ -98,3 +98,16 @@ TEMPLATE_TEST_CASE("diff_attention: heads are column blocks of wider matrices, o
     c.head_dim = d;
     check_spec7<T>("middle head", got, plain, oracle, case_error_bound<T>(c, 2));
 }
+
+TEMPLATE_TEST_CASE("diff_attention decode calls (N < kMinPackedRows) split their keys over 1, 2 and 3 threads: "
+                   "docs/math.md §7",
+                   "[kernels][diff_attention][threads][decode]", float, double) {
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    const std::vector<KernelCase> cases = decode_cases(rng, 24);
+    AttentionWorkspace<T> workspace;  // reused across thread counts: it grows to the most threads
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        INFO(cases[i].describe());
+        check_diff_case<T>(rng, cases[i], i % 2 == 0 ? nullptr : &workspace);
+    }
+}

@@ -412,3 +412,17 @@ TEMPLATE_TEST_CASE("dint_attention causal_softmax through its multi-thread pipel
         }
     }
 }
+
+TEMPLATE_TEST_CASE("dint_attention decode calls (N < kMinPackedRows) split their keys over 1, 2 and 3 threads: "
+                   "docs/math.md §7 in every mode, with the history of a KV cache",
+                   "[kernels][dint_attention][threads][decode]", float, double) {
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    const std::vector<KernelCase> cases = decode_cases(rng, 24);
+    AttentionWorkspace<T> workspace;
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        for (DintIntegral integral : kDintIntegrals) {
+            check_dint_case<T>(rng, cases[i], integral, i % 2 == 0 ? nullptr : &workspace);
+        }
+    }
+}

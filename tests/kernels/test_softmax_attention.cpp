@@ -106,3 +106,16 @@ TEMPLATE_TEST_CASE("softmax_attention: heads are column blocks of wider matrices
     const RowMatrix<T> got = out_all.middleCols(h * dv, dv);
     check_spec7<T>("middle head", got, plain, oracle, forward_error_bound<T>(d, s, 0.25 * d, 1));
 }
+
+TEMPLATE_TEST_CASE("softmax_attention decode calls (N < kMinPackedRows) split their keys over 1, 2 and 3 threads: "
+                   "docs/math.md §7",
+                   "[kernels][softmax_attention][threads][decode]", float, double) {
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    const std::vector<KernelCase> cases = decode_cases(rng, 24);
+    AttentionWorkspace<T> workspace;  // reused across thread counts: it grows to the most threads
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        INFO(cases[i].describe());
+        check_softmax_case<T>(rng, cases[i], i % 2 == 0 ? nullptr : &workspace);
+    }
+}

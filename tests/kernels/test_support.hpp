@@ -23,6 +23,7 @@
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/options.hpp"
 #include "diffattn/kernels/reference.hpp"
+#include "diffattn/kernels/tiling.hpp"
 
 #include "../kernel_instances.hpp"  // the fast kernels, instantiated once (diffattn_test_support)
 
@@ -296,6 +297,27 @@ inline std::optional<Index> random_valid_len(std::mt19937& rng, Index seq_len_q,
         default:
             return std::nullopt;
     }
+}
+
+/// Random decode calls (docs/math.md §6): fewer than kMinPackedRows query rows after a KV cache
+/// of 0 to ~5 key tiles, so their keys split into several runs (kernels/key_split.hpp), on 1, 2
+/// and 3 threads, with both masks and sometimes key padding. `count` shapes, 3 thread counts each.
+inline std::vector<KernelCase> decode_cases(std::mt19937& rng, int count) {
+    std::vector<KernelCase> cases;
+    for (int i = 0; i < count; ++i) {
+        KernelCase c;
+        c.seq_len_q = uniform_index(rng, 1, kMinPackedRows - 1);
+        c.seq_len_kv = c.seq_len_q + (i % 4 == 0 ? 0 : uniform_index(rng, 0, 5 * kKeyTile + 7) / kDebugCostDivisor);
+        c.head_dim = uniform_index(rng, 1, 72);
+        c.value_dim = uniform_index(rng, 1, 80);
+        c.mask = i % 3 == 2 ? MaskKind::none : MaskKind::causal;
+        if (i % 5 == 4) c.valid_len = random_valid_len(rng, c.seq_len_q, c.seq_len_kv);
+        for (int threads : {1, 2, 3}) {
+            c.threads = threads;
+            cases.push_back(c);
+        }
+    }
+    return cases;
 }
 
 /// The kernel cases of the fast-vs-reference tests: every (N, S) pair from the tile-edge lengths

@@ -27,11 +27,6 @@
 
 namespace diffattn::detail {
 
-/// Query groups of fewer rows multiply their tiles unpacked, with ordinary Eigen products: packing
-/// a key / value tile costs about as much as multiplying it by a few query rows, and Eigen multiplies
-/// a single row (a one-token decode step) as a matrix-vector product, without packing.
-inline constexpr Index kMinPackedRows = 8;
-
 /// Logits policy of ordinary attention: tile = s Q[q rows] K[k rows]^T.
 /// A policy has three steps, so that each operand is packed once: pack_queries() once per query
 /// group, pack_keys() once per key tile, then operator() for each block of the group. For a group
@@ -56,8 +51,7 @@ public:
     void operator()(Index q_begin, Index group_begin, Index k_begin, Tile& tile, const PackedTiles<T>* packed) const {
         static_assert(kQueryTile % PackedProduct<T>::rhs_panel == 0, "blocks must start on a packed panel");
         if (packed == nullptr) {
-            tile_product<false>(tile, q_.middleRows(q_begin, tile.rows()), k_.middleRows(k_begin, tile.cols()).transpose());
-            tile *= scale_;
+            few_rows_logits(tile, q_.middleRows(q_begin, tile.rows()), k_.middleRows(k_begin, tile.cols()), scale_);
             return;
         }
         const Index depth = q_.cols();
@@ -145,7 +139,7 @@ void attend_block(Logits& logits, const Mask& mask, Index q_begin, Index q_rows,
                     Product::multiply_transposed(acc, packed.values.data(), k_count, packed.probabilities.data(), b_keys,
                                                  T(1));
                 } else {
-                    tile_product<true>(acc, probabilities, block_values);
+                    few_rows_accumulate(acc, probabilities, block_values);
                 }
             } else {
                 for (Index r = 0; r < b_rows; ++r) {
