@@ -104,10 +104,7 @@ TEMPLATE_TEST_CASE("diff_attention decode calls (N < kMinPackedRows) split their
                    "[kernels][diff_attention][threads][decode]", float, double) {
     using T = TestType;
     DIFFATTN_TEST_RNG(rng);
-    const std::vector<KernelCase> cases = decode_cases(rng, 24);
-    AttentionWorkspace<T> workspace;  // reused across thread counts: it grows to the most threads
-    for (std::size_t i = 0; i < cases.size(); ++i) {
-        INFO(cases[i].describe());
-        check_diff_case<T>(rng, cases[i], i % 2 == 0 ? nullptr : &workspace);
-    }
+    for_each_decode_case<T>(rng, 24, [&](const KernelCase& c, AttentionWorkspace<T>* workspace) {
+        check_diff_case<T>(rng, c, workspace);
+    });
 }

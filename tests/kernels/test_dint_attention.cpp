@@ -418,11 +418,7 @@ TEMPLATE_TEST_CASE("dint_attention decode calls (N < kMinPackedRows) split their
                    "[kernels][dint_attention][threads][decode]", float, double) {
     using T = TestType;
     DIFFATTN_TEST_RNG(rng);
-    const std::vector<KernelCase> cases = decode_cases(rng, 24);
-    AttentionWorkspace<T> workspace;
-    for (std::size_t i = 0; i < cases.size(); ++i) {
-        for (DintIntegral integral : kDintIntegrals) {
-            check_dint_case<T>(rng, cases[i], integral, i % 2 == 0 ? nullptr : &workspace);
-        }
-    }
+    for_each_decode_case<T>(rng, 24, [&](const KernelCase& c, AttentionWorkspace<T>* workspace) {
+        for (DintIntegral integral : kDintIntegrals) check_dint_case<T>(rng, c, integral, workspace);
+    });
 }

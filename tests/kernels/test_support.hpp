@@ -22,6 +22,7 @@
 
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/options.hpp"
+#include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/kernels/reference.hpp"
 #include "diffattn/kernels/tiling.hpp"
 
@@ -299,11 +300,14 @@ inline std::optional<Index> random_valid_len(std::mt19937& rng, Index seq_len_q,
     }
 }
 
-/// Random decode calls (docs/math.md §6): fewer than kMinPackedRows query rows after a KV cache
-/// of 0 to ~5 key tiles, so their keys split into several runs (kernels/key_split.hpp), on 1, 2
-/// and 3 threads, with both masks and sometimes key padding. `count` shapes, 3 thread counts each.
-inline std::vector<KernelCase> decode_cases(std::mt19937& rng, int count) {
-    std::vector<KernelCase> cases;
+/// Runs check(case, workspace) on random decode calls (docs/math.md §6): fewer than
+/// kMinPackedRows query rows after a KV cache of 0 to ~5 key tiles, so their keys split into
+/// several runs (kernels/key_split.hpp), on 1, 2 and 3 threads, with both masks and sometimes key
+/// padding; `count` shapes, 3 thread counts each. Every other call gets one workspace reused
+/// across all of them (it grows to the most threads), the others none.
+template <typename T, typename Check>
+void for_each_decode_case(std::mt19937& rng, int count, Check&& check) {
+    AttentionWorkspace<T> workspace;
     for (int i = 0; i < count; ++i) {
         KernelCase c;
         c.seq_len_q = uniform_index(rng, 1, kMinPackedRows - 1);
@@ -314,10 +318,10 @@ inline std::vector<KernelCase> decode_cases(std::mt19937& rng, int count) {
         if (i % 5 == 4) c.valid_len = random_valid_len(rng, c.seq_len_q, c.seq_len_kv);
         for (int threads : {1, 2, 3}) {
             c.threads = threads;
-            cases.push_back(c);
+            INFO(c.describe());
+            check(c, threads == 2 ? &workspace : nullptr);
         }
     }
-    return cases;
 }
 
 /// The kernel cases of the fast-vs-reference tests: every (N, S) pair from the tile-edge lengths

@@ -22,30 +22,20 @@
 
 namespace diffattn::detail {
 
-/// tile [rows x keys] = scale * queries [rows x d] keys [keys x d]^T, one vectorised dot product
-/// per entry over contiguous rows (row-major operands); every key row is read once per tile.
+/// tile [rows x keys] = scale * queries [rows x d] keys [keys x d]^T, one matrix-vector product
+/// per query row (Eigen's GEMV over the row-major key tile: several keys per pass, no packing).
 template <typename Tile, typename Queries, typename Keys, typename T>
 void few_rows_logits(Tile&& tile, const Queries& queries, const Keys& keys, T scale) {
-    for (Index j = 0; j < keys.rows(); ++j) {
-        const auto key = keys.row(j);
-        for (Index r = 0; r < queries.rows(); ++r) tile(r, j) = scale * queries.row(r).dot(key);
+    for (Index r = 0; r < queries.rows(); ++r) {
+        tile.row(r).transpose().noalias() = scale * (keys * queries.row(r).transpose());
     }
 }
 
-/// acc [rows x dv] += probabilities [rows x keys] values [keys x dv], as sums of value rows
-/// weighted by the probabilities, four keys per pass over an accumulator row (fewer loads and
-/// stores of acc). Row-major operands.
+/// acc [rows x dv] += probabilities [rows x keys] values [keys x dv], one vector-matrix product
+/// per query row (Eigen's GEMV over the row-major value tile, no packing).
 template <typename Acc, typename Probabilities, typename Values>
 void few_rows_accumulate(Acc&& acc, const Probabilities& p, const Values& values) {
-    const Index keys = values.rows(), full = keys / 4 * 4;
-    for (Index r = 0; r < acc.rows(); ++r) {
-        auto row = acc.row(r);
-        for (Index j = 0; j < full; j += 4) {
-            row.noalias() += p(r, j) * values.row(j) + p(r, j + 1) * values.row(j + 1) +
-                             p(r, j + 2) * values.row(j + 2) + p(r, j + 3) * values.row(j + 3);
-        }
-        for (Index j = full; j < keys; ++j) row.noalias() += p(r, j) * values.row(j);
-    }
+    for (Index r = 0; r < acc.rows(); ++r) acc.row(r).noalias() += p.row(r) * values;
 }
 
 // ---------------------------------------------------------------------------------------------
