@@ -1,32 +1,42 @@
-// Per-token decode time with a KV cache against a full recompute (docs/math.md §6).
+// Per-token decode time with a KV cache against a full recompute (docs/math.md §6), held against
+// the memory roofline.
 //
-// Model: seeded, hidden_size 256, 4 layers, 4 heads (no GQA), intermediate_size 683, vocab 512,
-// attention dint (causal_softmax) or diff; float; attention heads on T threads
-// (make_state(max_len, T)).
+// Model: seeded, hidden_size 256, 4 layers, 4 heads (no GQA; diff_v2 head_dim 32), intermediate_size
+// 683, vocab 512;
+// float; attention heads on T threads (make_state(max_len, T)). kind: diff, dint (causal_softmax),
+// dint_mean (causal_mean), softmax, diff_v2.
 //
+//   stream_read/threads:<T>          the yardstick: a vectorised sum over a 512 MB buffer, split
+//                                    in T equal parts, one per thread; the bytes_per_second counter
+//                                    is the read bandwidth the roofline counters below divide by.
 //   decode_cached/kind:<k>/context:<C>/threads:<T>     the cache holds `context` tokens (prefilled
 //                                         once, outside the timing); each iteration feeds one new
 //                                         token, so the context grows from `context` to
-//                                         `context` + 31 over the 32 iterations (a few per cent at 512).
+//                                         `context` + 31 over the 32 iterations (a few per cent at 2048).
 //   decode_recompute/kind:<k>/context:<C>/threads:<T>  each iteration runs the full forward over
 //                                         context + 1 tokens, which is what producing one token
 //                                         costs without a cache; one iteration (8192 takes seconds).
-// kind: dint (causal_softmax) or diff. The tokens/s counter is generated tokens per second;
-// the ratio of the two benchmarks at one context is the speed-up of the cache. A cache of this
-// model costs bytes_per_token = L (k_width + v_width) 4 B [+ L H 4 B for DINT] + d 4 B (see
-// docs/kv_cache.md); the cache_bytes_per_token counter reports it.
+// Counters of decode_cached: tokens/s; step_bytes, what one step must read at least (every weight
+// but the token embedding, of which one row, and the cached keys and values of every layer once,
+// plus DINT causal_softmax's column sums, read and written); roofline_tokens/s = bandwidth /
+// step_bytes with the stream_read bandwidth of the same thread count (measured once per thread
+// count, best of 3 passes); roofline_share = tokens/s / roofline_tokens/s (1 = at the memory
+// bound). cache_bytes_per_token is KvCache::bytes_per_token (docs/kv_cache.md).
 //
-// Run: bench_decode --benchmark_counters_tabular=true   (contexts 512, 2048, 8192, threads 1 and 2:
-// a few minutes, the 8192-token prefill and recompute dominate). --quick: contexts 256 and 1024;
-// --max-n=C drops contexts above C.
+// Run: bench_decode --benchmark_counters_tabular=true   (contexts 2048 and 8192, threads 1 and 2;
+// --long adds 32768, whose prefill takes tens of seconds per kind). --quick: contexts 256 and
+// 1024; --max-n=C drops contexts above C. The recompute benchmarks run for diff and dint only.
 #include "bench_common.hpp"
 
+#include "diffattn/core/parallel.hpp"
 #include "diffattn/model/decoder_model.hpp"
 #include "diffattn/model/kv_cache.hpp"
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,15 +48,29 @@ using namespace diffattn;
 
 constexpr Index kDecodeSteps = 32;  // iterations of a cached benchmark: tokens decoded per run
 
+/// The attention kinds of the benchmark model: name, kind, DINT integral.
+struct Kind {
+    const char* name;
+    AttentionKind attention;
+    DintIntegral integral;
+};
+constexpr Kind kKinds[] = {{"dint", AttentionKind::dint, DintIntegral::causal_softmax},
+                           {"diff", AttentionKind::diff, DintIntegral::causal_softmax},
+                           {"dint_mean", AttentionKind::dint, DintIntegral::causal_mean},
+                           {"softmax", AttentionKind::softmax, DintIntegral::causal_softmax},
+                           {"diff_v2", AttentionKind::diff_v2, DintIntegral::causal_softmax}};
+constexpr int kKindCount = static_cast<int>(sizeof(kKinds) / sizeof(kKinds[0]));
+
 ModelConfig bench_config(int kind) {
     ModelConfig c;
-    c.attention = kind == 0 ? AttentionKind::dint : AttentionKind::diff;
-    c.dint_integral = DintIntegral::causal_softmax;
+    c.attention = kKinds[kind].attention;
+    c.dint_integral = kKinds[kind].integral;
     c.hidden_size = 256;
     c.num_attention_heads = 4;
     c.num_hidden_layers = 4;
     c.intermediate_size = 683;
     c.vocab_size = 512;
+    if (c.attention == AttentionKind::diff_v2) c.head_dim = 32;  // 2H query heads of 32: q width D, as diff
     return c;
 }
 
@@ -64,12 +88,84 @@ std::vector<Token> bench_tokens(Index n, Index vocab) {
     return tokens;
 }
 
+constexpr std::size_t kStreamBytes = std::size_t{512} << 20;
+
+/// The yardstick's buffer: 512 MB of floats, written once (so its pages exist).
+const std::vector<float>& stream_buffer() {
+    static const std::vector<float> buffer(kStreamBytes / sizeof(float), 1.0f);
+    return buffer;
+}
+
+/// One streaming read of the whole buffer on `threads` threads (equal parts): its sum.
+double stream_sum(int threads) {
+    const std::vector<float>& buffer = stream_buffer();
+    const Index parts = threads, size = static_cast<Index>(buffer.size()), part = (size + parts - 1) / parts;
+    std::vector<double> sums(static_cast<std::size_t>(parts), 0.0);
+    detail::parallel_for(parts, threads, detail::Schedule::equal_tasks, [&](Index p, int) {
+        const Index begin = p * part, count = std::min(part, size - begin);
+        sums[static_cast<std::size_t>(p)] = Eigen::Map<const Eigen::VectorXf>(buffer.data() + begin, count).sum();
+    });
+    double total = 0;
+    for (double x : sums) total += x;
+    return total;
+}
+
+/// Read bandwidth in bytes/s on `threads` threads: the best of 3 streaming reads, measured once.
+double stream_bandwidth(int threads) {
+    static std::map<int, double> measured;
+    auto found = measured.find(threads);
+    if (found != measured.end()) return found->second;
+    stream_sum(threads);  // pages and thread team warm
+    double best = 0;
+    for (int pass = 0; pass < 3; ++pass) {
+        const auto start = bench::Clock::now();
+        benchmark::DoNotOptimize(stream_sum(threads));
+        best = std::max(best, static_cast<double>(kStreamBytes) / bench::seconds_since(start));
+    }
+    return measured[threads] = best;
+}
+
+void BM_stream_read(benchmark::State& state, int threads) {
+    stream_sum(threads);
+    const auto start = bench::Clock::now();
+    for (auto _ : state) benchmark::DoNotOptimize(stream_sum(threads));
+    const double seconds = bench::seconds_since(start);
+    state.counters["bytes_per_second"] = static_cast<double>(kStreamBytes) * state.iterations() / seconds;
+    state.counters["best_of_3_bytes_per_second"] = stream_bandwidth(threads);
+}
+
+/// Bytes one decode step at `context` cached tokens must read at least: the weights (the token
+/// embedding only one row, unless lm_head shares it) and the cached keys and values of every
+/// layer, and DINT causal_softmax's column sums (read and written).
+double step_bytes(const DecoderModel<float>& model, Index context) {
+    const ModelConfig& c = model.config();
+    const AttentionConfig a = c.attention_config();
+    double weights = static_cast<double>(model.parameter_count());
+    if (!c.tie_word_embeddings) weights -= static_cast<double>((c.vocab_size - 1) * c.hidden_size);
+    double cache = static_cast<double>(c.num_hidden_layers) * static_cast<double>(context) *
+                   static_cast<double>(a.k_width() + a.v_width());
+    if (c.attention == AttentionKind::dint && c.dint_integral == DintIntegral::causal_softmax) {
+        cache += 2.0 * static_cast<double>(c.num_hidden_layers * c.num_attention_heads) * static_cast<double>(context);
+    }
+    return (weights + cache) * sizeof(float);
+}
+
 /// seconds: wall time of the benchmark loop (so tokens/s stays right with several threads).
-void set_counters(benchmark::State& state, const ModelConfig& config, Index context, double seconds) {
+void set_counters(benchmark::State& state, int kind, const ModelConfig& config, Index context, double seconds) {
     state.counters["context"] = static_cast<double>(context);
     state.counters["tokens/s"] = static_cast<double>(state.iterations()) / seconds;
     state.counters["cache_bytes_per_token"] = static_cast<double>(KvCache<float>::bytes_per_token(config));
-    state.SetLabel(config.attention == AttentionKind::dint ? "dint causal_softmax" : "diff");
+    state.SetLabel(kKinds[kind].name);
+}
+
+/// The roofline counters of a decode benchmark at `context` (mid-run context) on `threads` threads.
+void set_roofline_counters(benchmark::State& state, const DecoderModel<float>& model, Index context, int threads,
+                           double seconds) {
+    const double bytes = step_bytes(model, context);
+    const double roofline = stream_bandwidth(threads) / bytes;
+    state.counters["step_bytes"] = bytes;
+    state.counters["roofline_tokens/s"] = roofline;
+    state.counters["roofline_share"] = static_cast<double>(state.iterations()) / seconds / roofline;
 }
 
 void BM_decode_cached(benchmark::State& state, int kind, Index context, int threads) {
@@ -88,7 +184,9 @@ void BM_decode_cached(benchmark::State& state, int kind, Index context, int thre
         next.front() = static_cast<Token>(best);
         benchmark::DoNotOptimize(next.front());
     }
-    set_counters(state, model.config(), context, bench::seconds_since(start));
+    const double seconds = bench::seconds_since(start);
+    set_counters(state, kind, model.config(), context, seconds);
+    set_roofline_counters(state, model, context + kDecodeSteps / 2, threads, seconds);
 }
 
 void BM_decode_recompute(benchmark::State& state, int kind, Index context, int threads) {
@@ -102,21 +200,29 @@ void BM_decode_recompute(benchmark::State& state, int kind, Index context, int t
         logits.row(context).maxCoeff(&best);
         benchmark::DoNotOptimize(best);
     }
-    set_counters(state, model.config(), context, bench::seconds_since(start));
+    set_counters(state, kind, model.config(), context, bench::seconds_since(start));
 }
 
-const char* kind_name(int kind) { return kind == 0 ? "dint" : "diff"; }
-
-void register_all(const bench::BenchArgs& args) {
-    const std::vector<Index> contexts = args.quick ? std::vector<Index>{256, 1024} : std::vector<Index>{512, 2048, 8192};
+void register_all(const bench::BenchArgs& args, bool long_contexts) {
+    for (int threads : {1, 2}) {
+        bench::Name name("stream_read");
+        name("threads", threads);
+        benchmark::RegisterBenchmark(name.str().c_str(), [=](benchmark::State& s) { BM_stream_read(s, threads); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond)
+            ->Iterations(5);
+    }
+    std::vector<Index> contexts = args.quick ? std::vector<Index>{256, 1024} : std::vector<Index>{2048, 8192};
+    if (long_contexts && !args.quick) contexts.push_back(32768);
     for (const char* family : {"decode_cached", "decode_recompute"}) {
         const bool cached = std::string(family) == "decode_cached";
-        for (int kind : {0, 1}) {
+        for (int kind = 0; kind < kKindCount; ++kind) {
+            if (!cached && kind > 1) continue;  // the recompute yardstick: dint and diff
             for (Index context : contexts) {
                 if (!args.fits(context)) continue;
                 for (int threads : {1, 2}) {
                     bench::Name name(family);
-                    name("kind", kind_name(kind))("context", context)("threads", threads);
+                    name("kind", kKinds[kind].name)("context", context)("threads", threads);
                     benchmark::RegisterBenchmark(name.str().c_str(),
                                                  [=](benchmark::State& s) {
                                                      if (cached) {
@@ -137,7 +243,18 @@ void register_all(const bench::BenchArgs& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    bool long_contexts = false;  // --long: context 32768 too
+    int kept = 1;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--long") == 0) {
+            long_contexts = true;
+        } else {
+            argv[kept++] = argv[i];
+        }
+    }
+    argc = kept;
+    argv[argc] = nullptr;
     const bench::BenchArgs args = bench::BenchArgs::parse(argc, argv);
-    register_all(args);
+    register_all(args, long_contexts);
     return bench::run_main(argc, argv, args);
 }

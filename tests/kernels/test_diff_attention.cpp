@@ -98,3 +98,13 @@ TEMPLATE_TEST_CASE("diff_attention: heads are column blocks of wider matrices, o
     c.head_dim = d;
     check_spec7<T>("middle head", got, plain, oracle, case_error_bound<T>(c, 2));
 }
+
+TEMPLATE_TEST_CASE("diff_attention decode calls (N < kMinPackedRows) split their keys over 1, 2 and 3 threads: "
+                   "docs/math.md §7",
+                   "[kernels][diff_attention][threads][decode]", float, double) {
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    for_each_decode_case<T>(rng, 24, [&](const KernelCase& c, AttentionWorkspace<T>* workspace) {
+        check_diff_case<T>(rng, c, workspace);
+    });
+}

@@ -412,3 +412,13 @@ TEMPLATE_TEST_CASE("dint_attention causal_softmax through its multi-thread pipel
         }
     }
 }
+
+TEMPLATE_TEST_CASE("dint_attention decode calls (N < kMinPackedRows) split their keys over 1, 2 and 3 threads: "
+                   "docs/math.md §7 in every mode, with the history of a KV cache",
+                   "[kernels][dint_attention][threads][decode]", float, double) {
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    for_each_decode_case<T>(rng, 24, [&](const KernelCase& c, AttentionWorkspace<T>* workspace) {
+        for (DintIntegral integral : kDintIntegrals) check_dint_case<T>(rng, c, integral, workspace);
+    });
+}

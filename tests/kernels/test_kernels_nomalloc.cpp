@@ -166,3 +166,56 @@ TEMPLATE_TEST_CASE("DINT decoding with a KV cache allocates nothing once the his
     CHECK(history_softmax.rows == total);
     CHECK(history_mean.rows == total);
 }
+
+TEMPLATE_TEST_CASE("decode steps split over the keys on 2 threads allocate nothing, in every kind and mode",
+                   "[kernels][nomalloc][threads][decode]", float, double) {
+    // Calls of fewer than kMinPackedRows rows fold runs of keys into the workspace's key-split
+    // states on each thread and merge them (kernels/key_split.hpp): nothing of that may allocate.
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    const Index total = 7 * kKeyTile + 5, d = 64, dv = 128;
+    const RowMatrix<T> q1 = random_matrix<T>(rng, total, d), q2 = random_matrix<T>(rng, total, d);
+    const RowMatrix<T> k1 = random_matrix<T>(rng, total, d), k2 = random_matrix<T>(rng, total, d);
+    const RowMatrix<T> v = random_matrix<T>(rng, total, dv);
+    const T lambda = T(0.6);
+    AttentionOptions causal;
+    causal.threads = 2;
+    AttentionOptions none = causal;
+    none.mask = MaskKind::none;
+    AttentionWorkspace<T> workspace;
+    workspace.reserve(total, total, d, dv, causal.threads);
+    RowMatrix<T> out(total, dv);
+    DintHistory<T> history_softmax, history_mean;
+    history_softmax.a1_column_sum = Vector<T>::Zero(total);
+    history_mean.o1_row_sum = Vector<T>::Zero(dv);
+    const Index prompt = total - 4;
+    diffattn::dint_attention(q1.topRows(prompt), k1.topRows(prompt), q2.topRows(prompt), k2.topRows(prompt),
+                             v.topRows(prompt), lambda, DintIntegral::causal_softmax, out.topRows(prompt), causal,
+                             &history_softmax, &workspace);  // starts the thread team outside the check
+    diffattn::dint_attention(q1.topRows(prompt), k1.topRows(prompt), q2.topRows(prompt), k2.topRows(prompt),
+                             v.topRows(prompt), lambda, DintIntegral::causal_mean, out.topRows(prompt), causal,
+                             &history_mean, &workspace);
+    const int failures = without_malloc([&] {
+        Index begin = prompt;
+        for (Index size : {Index{1}, Index{3}}) {  // a one-token step, then a chunk of three
+            const Index end = begin + size;
+            const auto q1_rows = q1.middleRows(begin, size), q2_rows = q2.middleRows(begin, size);
+            auto out_rows = out.middleRows(begin, size);
+            diffattn::softmax_attention(q1_rows, k1.topRows(end), v.topRows(end), out_rows, causal, &workspace);
+            diffattn::diff_attention(q1_rows, k1.topRows(end), q2_rows, k2.topRows(end), v.topRows(end), lambda,
+                                     out_rows, causal, &workspace);
+            diffattn::dint_attention(q1_rows, k1.topRows(end), q2_rows, k2.topRows(end), v.topRows(end), lambda,
+                                     DintIntegral::global_mean, out_rows, none, nullptr, &workspace);
+            diffattn::dint_attention(q1_rows, k1.topRows(end), q2_rows, k2.topRows(end), v.topRows(end), lambda,
+                                     DintIntegral::causal_mean, out_rows, causal, &history_mean, &workspace);
+            diffattn::dint_attention(q1_rows, k1.topRows(end), q2_rows, k2.topRows(end), v.topRows(end), lambda,
+                                     DintIntegral::causal_softmax, out_rows, causal, &history_softmax, &workspace);
+            begin = end;
+        }
+    });
+    INFO("first failure: " << diffattn_nomalloc::first_failure_text());
+    CHECK(failures == 0);
+    CHECK(out.allFinite());
+    CHECK(history_softmax.rows == total);
+    CHECK(history_mean.rows == total);
+}

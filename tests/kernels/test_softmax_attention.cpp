@@ -106,3 +106,13 @@ TEMPLATE_TEST_CASE("softmax_attention: heads are column blocks of wider matrices
     const RowMatrix<T> got = out_all.middleCols(h * dv, dv);
     check_spec7<T>("middle head", got, plain, oracle, forward_error_bound<T>(d, s, 0.25 * d, 1));
 }
+
+TEMPLATE_TEST_CASE("softmax_attention decode calls (N < kMinPackedRows) split their keys over 1, 2 and 3 threads: "
+                   "docs/math.md §7",
+                   "[kernels][softmax_attention][threads][decode]", float, double) {
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    for_each_decode_case<T>(rng, 24, [&](const KernelCase& c, AttentionWorkspace<T>* workspace) {
+        check_softmax_case<T>(rng, c, workspace);
+    });
+}

@@ -248,7 +248,7 @@ TEST_CASE("heads stay on one thread when their work is below min_parallel_flops 
         std::vector<int> team_of_head(8, 0);
         std::vector<std::ptrdiff_t> workspace_of_head(8, -1);
         const ExecutionContext context{3, min_flops_per_thread};
-        detail::for_each_head(8, flops, context, workspaces, [&](Index h, int& workspace) {
+        detail::for_each_head(8, kQueryTile, flops, context, workspaces, [&](Index h, int& workspace, int) {
             workspace_of_head[static_cast<std::size_t>(h)] = &workspace - workspaces.data();
 #if defined(DIFFATTN_HAS_OPENMP)
             team_of_head[static_cast<std::size_t>(h)] = omp_get_num_threads();

@@ -178,6 +178,33 @@ TEMPLATE_TEST_CASE("cached logits do not depend on the thread count", "[model][k
     }
 }
 
+TEST_CASE("decode steps on 3 threads, each head's keys split over them, match the full forward",
+          "[model][kv_cache][threads]") {
+    // 4 heads on 3 threads: steps of fewer than kMinPackedRows tokens run the heads one after
+    // another, each kernel folding runs of keys on every thread and merging them
+    // (kernels/key_split.hpp). 300 tokens: the steps see 2 to 3 key tiles. Tolerances as in
+    // "cached logits match the full forward".
+    for (const NamedConfig& c : seeded_configs()) {
+        INFO("model " << c.name);
+        const DecoderModel<double> model_d = seeded_model<double>(c);
+        const DecoderModel<float> model_f = seeded_model<float>(c);
+        const std::vector<Token> tokens = test_tokens(300, c.config.vocab_size);
+        std::vector<Index> chunks = {200};
+        for (Index done = 200; done < 300;) {
+            const Index chunk = std::min<Index>(300 - done, done % 3 == 0 ? 1 : kMinPackedRows - 1);
+            chunks.push_back(chunk);
+            done += chunk;
+        }
+        const RowMatrix<double> full_d = model_d.logits(tokens);
+        const double m = magnitude(full_d);
+        const double e_full = max_abs_diff(model_f.logits(tokens).cast<double>(), full_d);
+        const double e_double = max_abs_diff(cached_logits(model_d, tokens, chunks, 3), full_d);
+        const double e_float = max_abs_diff(cached_logits(model_f, tokens, chunks, 3).cast<double>(), full_d);
+        CHECK(e_double <= 1e-12 * m);
+        CHECK(e_float <= 2 * e_full + 16 * kEpsFloat * m);
+    }
+}
+
 TEMPLATE_TEST_CASE("greedy generation gives the same ids with and without the cache", "[model][kv_cache][generate]",
                    double, float) {
     using T = TestType;

@@ -84,3 +84,33 @@ TEMPLATE_TEST_CASE("cached prefill and decode allocate nothing", "[model][kv_cac
         CHECK(cache.length() == 20);
     }
 }
+
+TEMPLATE_TEST_CASE("decode steps whose heads split their keys over 3 threads allocate nothing",
+                   "[model][kv_cache][nomalloc][threads]", float, double) {
+    // 4 heads on 3 threads: a one-token step runs the heads one after another, each kernel over
+    // its keys on all 3 threads (detail::split_heads_over_keys), through the first workspace.
+    using T = TestType;
+    for (const AttentionKind kind : {AttentionKind::softmax, AttentionKind::diff, AttentionKind::dint,
+                                     AttentionKind::shared_diff, AttentionKind::diff_v2}) {
+        for (const DintIntegral integral : {DintIntegral::causal_softmax, DintIntegral::causal_mean}) {
+            if (kind != AttentionKind::dint && integral != DintIntegral::causal_softmax) continue;
+            INFO(to_string(kind) << " " << to_string(integral));
+            const DecoderModel<T> model = DecoderModel<T>::seeded(small_config(kind, integral), 1);
+            const std::vector<Token> prompt = test_tokens(20);
+            const std::vector<Token> next = {5};
+            KvCache<T> cache = model.make_cache(400);  // decoding goes past two key tiles (128)
+            ForwardState<T> state = model.make_state(20, 3);
+            state.set_min_parallel_flops(0);  // 3 threads even for one-token steps
+            RowMatrix<T> logits(20, 64);
+            model.forward(prompt, state, logits, &cache);  // first use: starts the team, sizes the workspaces
+            model.forward(next, state, logits.topRows(1), &cache);
+            cache.reset();
+            CHECK(without_malloc([&] {
+                model.forward(prompt, state, logits, &cache);
+                for (int i = 0; i < 300; ++i) model.forward(next, state, logits.topRows(1), &cache);
+            }) == 0);
+            CHECK(cache.length() == 320);
+            CHECK(logits.topRows(1).allFinite());
+        }
+    }
+}

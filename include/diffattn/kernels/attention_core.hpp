@@ -27,11 +27,6 @@
 
 namespace diffattn::detail {
 
-/// Query groups of fewer rows multiply their tiles unpacked, with ordinary Eigen products: packing
-/// a key / value tile costs about as much as multiplying it by a few query rows, and Eigen multiplies
-/// a single row (a one-token decode step) as a matrix-vector product, without packing.
-inline constexpr Index kMinPackedRows = 8;
-
 /// Logits policy of ordinary attention: tile = s Q[q rows] K[k rows]^T.
 /// A policy has three steps, so that each operand is packed once: pack_queries() once per query
 /// group, pack_keys() once per key tile, then operator() for each block of the group. For a group
@@ -56,8 +51,7 @@ public:
     void operator()(Index q_begin, Index group_begin, Index k_begin, Tile& tile, const PackedTiles<T>* packed) const {
         static_assert(kQueryTile % PackedProduct<T>::rhs_panel == 0, "blocks must start on a packed panel");
         if (packed == nullptr) {
-            tile_product<false>(tile, q_.middleRows(q_begin, tile.rows()), k_.middleRows(k_begin, tile.cols()).transpose());
-            tile *= scale_;
+            few_rows_logits(tile, q_.middleRows(q_begin, tile.rows()), k_.middleRows(k_begin, tile.cols()), scale_);
             return;
         }
         const Index depth = q_.cols();
@@ -85,6 +79,62 @@ struct KeyRange {
     Index end = std::numeric_limits<Index>::max();
 };
 
+/// One block's step on one key tile: the logits of rows [b_offset, b_offset + b_rows) of the group
+/// starting at q_begin against the b_keys keys of the tile from k_begin that the block sees, folded
+/// into those rows of `state`, then acc += P V.
+///   values:        the tile's value rows [k_count x value_dim];
+///   values_finite: () -> whether every value of the tile is finite (asked only when a row must
+///                  not see some of them; the caller may compute it once per tile);
+///   packed:        the group's packed queries and the tile's packed values and keys (these for
+///                  b_keys keys), or null for a group of fewer than kMinPackedRows rows.
+template <typename T, typename Logits, typename Mask, typename Values, typename ValuesFinite>
+void fold_tile(Logits& logits, const Mask& mask, Index q_begin, Index b_offset, Index b_rows, Index k_begin,
+               Index b_keys, const Values& values, const ValuesFinite& values_finite, BlockScratch<T>& scratch,
+               OnlineSoftmaxState<T>& state, PackedTiles<T>* packed) {
+    using Product = PackedProduct<T>;
+    const Index b_begin = q_begin + b_offset;
+    auto probabilities = scratch.logits.topLeftCorner(b_rows, b_keys);
+    logits(b_begin, q_begin, k_begin, probabilities, packed);
+    const bool masked = k_begin + b_keys > block_unmasked_end(mask, b_begin);
+    const Index min_visible = state.fold(b_offset, probabilities, masked, [&](Index r) {
+        return visible_keys_in_tile(mask, b_begin + r, k_begin, b_keys);
+    });
+    // acc += P V. Masked probabilities are exact zeros, so one product over the whole tile is
+    // exact unless a value row hidden from some query holds Inf/NaN (0 * NaN = NaN would leak
+    // into a row that must not depend on it): then each row multiplies only its visible prefix.
+    auto acc = state.accumulator_rows(b_offset, b_rows);
+    const auto block_values = values.topRows(b_keys);
+    if (min_visible == b_keys || values_finite()) {
+        if (packed != nullptr) {
+            Product::pack_rows_as_rhs(packed->probabilities.data(), probabilities);
+            Product::multiply_transposed(acc, packed->values.data(), values.rows(), packed->probabilities.data(),
+                                         b_keys, T(1));
+        } else {
+            few_rows_accumulate(acc, probabilities, block_values);
+        }
+    } else {
+        for (Index r = 0; r < b_rows; ++r) {
+            const Index n = visible_keys_in_tile(mask, b_begin + r, k_begin, b_keys);
+            if (n > 0) acc.row(r).noalias() += probabilities.row(r).head(n) * block_values.topRows(n);
+        }
+    }
+}
+
+/// Whether every value of a tile is finite, computed on first use only (fold_tile's values_finite).
+template <typename Values>
+class LazyFinite {
+public:
+    explicit LazyFinite(const Values& values) : values_(values) {}
+    bool operator()() const {
+        if (!finite_) finite_ = all_finite(values_);
+        return *finite_;
+    }
+
+private:
+    const Values& values_;
+    mutable std::optional<bool> finite_;
+};
+
 /// Runs the online softmax of one query group [q_begin, q_begin + q_rows), q_rows <= kGroupRows,
 /// over every key tile the mask lets it see. Key tiles are the outer loop: each key / value tile is
 /// packed once and used by every block of kQueryTile rows of the group that sees it. On return
@@ -110,11 +160,7 @@ void attend_block(Logits& logits, const Mask& mask, Index q_begin, Index q_rows,
         const auto values = v.middleRows(k_begin, k_count);
         if (pack) Product::pack_transpose_as_lhs(packed.values.data(), values);
         Index packed_keys = 0;  // keys of this tile in packed.keys (a packing is not sliceable by keys)
-        std::optional<bool> values_finite;  // checked once per tile, and only if a block needs to know
-        const auto tile_values_finite = [&] {
-            if (!values_finite) values_finite = all_finite(values);
-            return *values_finite;
-        };
+        const LazyFinite<decltype(values)> values_finite(values);  // only if a block needs to know
         for (Index b_offset = 0; b_offset < q_rows; b_offset += kQueryTile) {
             const Index b_begin = q_begin + b_offset, b_rows = std::min(kQueryTile, q_rows - b_offset);
             // Under a causal mask an earlier block of the group sees fewer keys: it skips tiles
@@ -128,31 +174,8 @@ void attend_block(Logits& logits, const Mask& mask, Index q_begin, Index q_rows,
                 logits.pack_keys(k_begin, b_keys, packed);
                 packed_keys = b_keys;
             }
-            auto probabilities = scratch.logits.topLeftCorner(b_rows, b_keys);
-            logits(b_begin, q_begin, k_begin, probabilities, pack ? &packed : nullptr);
-            const bool masked = k_begin + b_keys > block_unmasked_end(mask, b_begin);
-            const Index min_visible = state.fold(b_offset, probabilities, masked, [&](Index r) {
-                return visible_keys_in_tile(mask, b_begin + r, k_begin, b_keys);
-            });
-            // acc += P V. Masked probabilities are exact zeros, so one product over the whole tile is
-            // exact unless a value row hidden from some query holds Inf/NaN (0 * NaN = NaN would leak
-            // into a row that must not depend on it): then each row multiplies only its visible prefix.
-            auto acc = state.accumulator_rows(b_offset, b_rows);
-            const auto block_values = values.topRows(b_keys);
-            if (min_visible == b_keys || tile_values_finite()) {
-                if (pack) {
-                    Product::pack_rows_as_rhs(packed.probabilities.data(), probabilities);
-                    Product::multiply_transposed(acc, packed.values.data(), k_count, packed.probabilities.data(), b_keys,
-                                                 T(1));
-                } else {
-                    tile_product<true>(acc, probabilities, block_values);
-                }
-            } else {
-                for (Index r = 0; r < b_rows; ++r) {
-                    const Index n = visible_keys_in_tile(mask, b_begin + r, k_begin, b_keys);
-                    if (n > 0) acc.row(r).noalias() += probabilities.row(r).head(n) * block_values.topRows(n);
-                }
-            }
+            fold_tile(logits, mask, q_begin, b_offset, b_rows, k_begin, b_keys, values, values_finite, scratch, state,
+                      pack ? &packed : nullptr);
         }
     }
 }

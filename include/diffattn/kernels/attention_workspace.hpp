@@ -73,7 +73,8 @@ public:
     /// Makes room for calls up to these sizes with up to `threads` threads. Memory:
     /// threads * O(kGroupRows * (head_dim + 3 * value_dim)) (BlockScratch) + O(seq_len_kv) for DINT
     /// causal_softmax (+ DintPipeline's O((6 + 4 threads) * kGroupRows * value_dim) with several threads)
-    /// + O(seq_len_q / kQueryTile * value_dim) for DINT's mean modes; nothing grows as
+    /// + O(seq_len_q / kQueryTile * value_dim) for DINT's mean modes
+    /// + O(threads * kMinPackedRows * value_dim) for the key split of few rows; nothing grows as
     /// seq_len_q * seq_len_kv (no N x S buffer anywhere).
     void reserve(Index seq_len_q, Index seq_len_kv, Index head_dim, Index value_dim, int threads = 1) {
         const Index t = std::max(threads, 1);
@@ -85,6 +86,11 @@ public:
         grow_to(running_row_error_, value_dim);
         grow_to(column_sum_, seq_len_kv);
         if (t > 1) dint_pipeline_.reserve(seq_len_q, value_dim, t);
+        // Key split of a call of few rows (kernels/key_split.hpp): two maps at once, each in up to
+        // kKeySegmentsPerThread runs per thread.
+        const auto parts = static_cast<std::size_t>(t > 1 ? 2 * kKeySegmentsPerThread * t : 0);
+        if (key_split_parts_.size() < parts) key_split_parts_.resize(parts);
+        for (auto& part : key_split_parts_) part.reserve(kMinPackedRows, value_dim);
     }
 
     /// Block scratch of thread `thread` (0 for a single-threaded call).
@@ -102,6 +108,9 @@ public:
     Vector<T>& column_sum() { return column_sum_; }
     /// DINT causal_softmax with several threads: the states of its pipeline of query groups.
     DintPipeline<T>& dint_pipeline() { return dint_pipeline_; }
+    /// A call of few rows on several threads: one state per map and run of keys
+    /// [2 * kKeySegmentsPerThread * threads], each of up to kMinPackedRows rows.
+    std::vector<OnlineSoftmaxState<T>>& key_split_parts() { return key_split_parts_; }
 
 private:
     std::vector<BlockScratch<T>> blocks_;
@@ -111,6 +120,7 @@ private:
     Vector<Accumulator<T>> running_row_error_;
     Vector<T> column_sum_;
     DintPipeline<T> dint_pipeline_;
+    std::vector<OnlineSoftmaxState<T>> key_split_parts_;
 };
 
 }  // namespace diffattn

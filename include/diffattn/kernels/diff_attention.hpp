@@ -2,7 +2,7 @@
 // Oi = softmax(s Qi Ki^T + M) V are two runs of the shared tiled core over the same V.
 #pragma once
 
-#include "diffattn/kernels/attention_core.hpp"
+#include "diffattn/kernels/key_split.hpp"
 
 namespace diffattn {
 namespace detail {
@@ -29,16 +29,16 @@ void write_differential_rows(const OnlineSoftmaxState<T>& map1, const OnlineSoft
     for (Index r = first; r < last; ++r) out.row(q_begin + r) = map1.normalized_row(r) - lambda * map2.normalized_row(r);
 }
 
-/// The two maps of one query block or group (q_rows <= kGroupRows): fills `map1`, `map2` and
-/// writes out = O1 - lambda O2 for rows [q_begin, q_begin + q_rows). Shared by DIFF and DINT.
+/// The two maps of one query block or group (q_rows <= kGroupRows): fills scratch.states[0] and
+/// [1] (map 1, map 2) and writes out = O1 - lambda O2 for rows [q_begin, q_begin + q_rows), with
+/// the keys split over `key_threads` threads (attend_maps). Shared by DIFF and DINT.
 template <typename T, typename Mask>
 void differential_block(const DotProductLogits<T>& logits1, const DotProductLogits<T>& logits2, const Mask& mask,
-                        Index q_begin, Index q_rows, const ConstMatrixRef<T>& v, T lambda,
-                        BlockScratch<T>& scratch, MatrixRef<T>& out) {
+                        Index q_begin, Index q_rows, const ConstMatrixRef<T>& v, T lambda, AttentionWorkspace<T>& ws,
+                        BlockScratch<T>& scratch, int key_threads, MatrixRef<T>& out) {
     OnlineSoftmaxState<T>& map1 = scratch.states[0];
     OnlineSoftmaxState<T>& map2 = scratch.states[1];
-    attend_block(logits1, mask, q_begin, q_rows, v, scratch, map1);
-    attend_block(logits2, mask, q_begin, q_rows, v, scratch, map2);
+    attend_maps<T>({&logits1, &logits2}, mask, q_begin, q_rows, v, ws, scratch, key_threads, {&map1, &map2});
     write_differential_rows(map1, map2, lambda, q_begin, 0, q_rows, out);
 }
 
@@ -51,11 +51,12 @@ void diff_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, co
     AttentionWorkspace<T>& ws =
         prepare_workspace(workspace, local, q1.rows(), k1.rows(), q1.cols(), v.cols(), resolved.threads);
     const DotProductLogits<T> logits1(q1, k1, T(resolved.scale)), logits2(q2, k2, T(resolved.scale));
+    const int key_threads = key_split_threads(q1.rows(), resolved.threads);
     dispatch_mask(resolved.mask, q1.rows(), k1.rows(), resolved.valid_len, [&](const auto& mask) {
         for_each_query_group(q1.rows(), resolved.threads, mask, ws,
                              [&](Index q_begin, Index q_rows, BlockScratch<T>& scratch) {
                                  differential_block(logits1, logits2, mask, q_begin, q_rows, v,
-                                                    lambda, scratch, out);
+                                                    lambda, ws, scratch, key_threads, out);
                              });
     });
 }

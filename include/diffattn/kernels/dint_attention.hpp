@@ -93,20 +93,25 @@ void dint_softmax_integral(const DotProductLogits<T>& logits1, const DotProductL
     VectorRef<T> column_sum = history != nullptr ? VectorRef<T>(history->a1_column_sum.head(seq_len_kv))
                                                  : VectorRef<T>(ws.column_sum().head(seq_len_kv));
     if (history == nullptr) column_sum.setZero();
-    // The integral map of group [q_begin, q_begin + q_rows), over the keys `keys`, given map 1 of the group.
-    const auto integral_map = [&](Index q_begin, Index q_rows, const OnlineSoftmaxState<T>& map1, KeyRange keys,
-                                  BlockScratch<T>& scratch, OnlineSoftmaxState<T>& integral) {
+    // Calls run(logits) with the logits policy of the integral map of the group starting at
+    // q_begin, given map 1 of the group.
+    const auto with_integral_logits = [&](Index q_begin, const OnlineSoftmaxState<T>& map1, auto&& run) {
         const A1Tiles<T, Mask> a1(logits1, mask, q_begin, map1.row_maxima(), map1.row_sums());
         IntegralLogits<T, Mask> integral_logits(a1, column_sum, rows_before);
-        attend_block(integral_logits, mask, q_begin, q_rows, v, scratch, integral, keys);
+        run(integral_logits);
     };
 
-    if (resolved.threads <= 1) {
+    // One thread, or a call of few rows (one group, its keys split over the threads: attend_maps).
+    if (resolved.threads <= 1 || seq_len_q < kMinPackedRows) {
+        const int key_threads = key_split_threads(seq_len_q, resolved.threads);
         BlockScratch<T>& scratch = ws.block(0);
         for (Index g = 0; g < query_group_count(seq_len_q); ++g) {
             const Index q_begin = g * kGroupRows, q_rows = query_group_rows(seq_len_q, g);
-            differential_block(logits1, logits2, mask, q_begin, q_rows, v, lambda, scratch, out);
-            integral_map(q_begin, q_rows, scratch.states[0], KeyRange{}, scratch, scratch.states[2]);
+            differential_block(logits1, logits2, mask, q_begin, q_rows, v, lambda, ws, scratch, key_threads, out);
+            with_integral_logits(q_begin, scratch.states[0], [&](auto& integral_logits) {
+                attend_maps<T>({&integral_logits}, mask, q_begin, q_rows, v, ws, scratch, key_threads,
+                               {&scratch.states[2]});
+            });
             for (Index r = 0; r < q_rows; ++r) out.row(q_begin + r) += lambda * scratch.states[2].normalized_row(r);
         }
         return;
@@ -127,7 +132,9 @@ void dint_softmax_integral(const DotProductLogits<T>& logits1, const DotProductL
             case DintTask::Kind::run: {
                 const auto run = static_cast<std::size_t>(pipeline.run_order[g][static_cast<std::size_t>(task.index)]);
                 const KeyRange keys{run == 0 ? 0 : pipeline.run_end[g][run - 1], pipeline.run_end[g][run]};
-                integral_map(q_begin, q_rows, maps[0], keys, scratch, runs[run]);
+                with_integral_logits(q_begin, maps[0], [&](auto& integral_logits) {
+                    attend_block(integral_logits, mask, q_begin, q_rows, v, scratch, runs[run], keys);
+                });
                 return;
             }
             case DintTask::Kind::rows: {

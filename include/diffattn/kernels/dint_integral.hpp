@@ -162,9 +162,10 @@ void dint_mean_integral(const DotProductLogits<T>& logits1, const DotProductLogi
     };
     const auto row_weight = [&](Index n) { return Wide(lambda) / Wide(rows_before + n + 1); };
 
+    const int key_threads = key_split_threads(seq_len_q, resolved.threads);
     for_each_query_group(seq_len_q, resolved.threads, mask, ws, [&](Index group_begin, Index group_rows,
                                                                      BlockScratch<T>& scratch) {
-        differential_block(logits1, logits2, mask, group_begin, group_rows, v, lambda, scratch, out);
+        differential_block(logits1, logits2, mask, group_begin, group_rows, v, lambda, ws, scratch, key_threads, out);
         const OnlineSoftmaxState<T>& map1 = scratch.states[0];  // the group's rows
         // Sums per block rather than per group: a row's in-block running sum then adds at most
         // kQueryTile terms. Groups and blocks are fixed runs of rows, so the sums do not depend on

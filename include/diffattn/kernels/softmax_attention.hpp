@@ -1,7 +1,7 @@
 // Softmax attention (docs/math.md §2.1): O = softmax(s Q K^T + M) V, computed tile by tile.
 #pragma once
 
-#include "diffattn/kernels/attention_core.hpp"
+#include "diffattn/kernels/key_split.hpp"
 
 namespace diffattn {
 namespace detail {
@@ -14,11 +14,12 @@ void softmax_attention(const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k, c
     AttentionWorkspace<T>& ws =
         prepare_workspace(workspace, local, q.rows(), k.rows(), q.cols(), v.cols(), resolved.threads);
     const DotProductLogits<T> logits(q, k, T(resolved.scale));
+    const int key_threads = key_split_threads(q.rows(), resolved.threads);
     dispatch_mask(resolved.mask, q.rows(), k.rows(), resolved.valid_len, [&](const auto& mask) {
         for_each_query_group(q.rows(), resolved.threads, mask, ws,
                              [&](Index q_begin, Index q_rows, BlockScratch<T>& scratch) {
                                  OnlineSoftmaxState<T>& state = scratch.states[0];
-                                 attend_block(logits, mask, q_begin, q_rows, v, scratch, state);
+                                 attend_maps<T>({&logits}, mask, q_begin, q_rows, v, ws, scratch, key_threads, {&state});
                                  state.normalize_into(out.middleRows(q_begin, q_rows));
                              });
     });

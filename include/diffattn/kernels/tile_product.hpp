@@ -1,10 +1,10 @@
 // Matrix products on tiles that never touch the heap.
 //
-// Eigen's GEMM packs its operands into buffers that live on the stack up to
-// EIGEN_STACK_ALLOCATION_LIMIT (128 KB) and on the heap beyond. Splitting a tile product along
-// its depth and its output columns into chunks of kProductChunk<T> keeps every packed panel
-// at <= 64 KB, so the kernels' hot loops allocate nothing whatever the head dim (checked by a
-// test built with EIGEN_RUNTIME_NO_MALLOC). Tiles of the usual sizes take a single chunk.
+// Query groups of many rows run their tile products on operands packed once for Eigen's GEMM
+// kernel (PackedProduct below). Groups of few rows (a decode step: one token or a small chunk)
+// multiply as loops over the keys of a tile (few_rows_logits, few_rows_accumulate): each key or
+// value row is read once for all the query rows, with no product set-up per tile, and nothing is
+// allocated whatever the head dim.
 #pragma once
 
 #include "diffattn/core/types.hpp"
@@ -22,30 +22,20 @@
 
 namespace diffattn::detail {
 
-/// Depth and column chunk of tile products: chunk^2 * sizeof(T) = 64 KB.
-template <typename T>
-inline constexpr Index kProductChunk = sizeof(T) >= 8 ? 64 : 128;
+/// tile [rows x keys] = scale * queries [rows x d] keys [keys x d]^T, one matrix-vector product
+/// per query row (Eigen's GEMV over the row-major key tile: several keys per pass, no packing).
+template <typename Tile, typename Queries, typename Keys, typename T>
+void few_rows_logits(Tile&& tile, const Queries& queries, const Keys& keys, T scale) {
+    for (Index r = 0; r < queries.rows(); ++r) {
+        tile.row(r).transpose().noalias() = scale * (keys * queries.row(r).transpose());
+    }
+}
 
-/// dst = lhs * rhs (Accumulate = false) or dst += lhs * rhs (Accumulate = true).
-///   lhs [rows x depth], rhs [depth x cols], dst [rows x cols]; rows is at most a query tile.
-template <bool Accumulate, typename Dst, typename Lhs, typename Rhs>
-void tile_product(Dst&& dst, const Lhs& lhs, const Rhs& rhs) {
-    using T = typename std::decay_t<Dst>::Scalar;
-    constexpr Index chunk = kProductChunk<T>;
-    const Index depth = lhs.cols(), cols = rhs.cols();
-    if (depth <= chunk && cols <= chunk) {  // the common case: one Eigen product
-        if constexpr (Accumulate) dst.noalias() += lhs * rhs;
-        else dst.noalias() = lhs * rhs;
-        return;
-    }
-    if constexpr (!Accumulate) dst.setZero();
-    for (Index c = 0; c < cols; c += chunk) {
-        const Index nc = std::min(chunk, cols - c);
-        for (Index k = 0; k < depth; k += chunk) {
-            const Index kc = std::min(chunk, depth - k);
-            dst.middleCols(c, nc).noalias() += lhs.middleCols(k, kc) * rhs.block(k, c, kc, nc);
-        }
-    }
+/// acc [rows x dv] += probabilities [rows x keys] values [keys x dv], one vector-matrix product
+/// per query row (Eigen's GEMV over the row-major value tile, no packing).
+template <typename Acc, typename Probabilities, typename Values>
+void few_rows_accumulate(Acc&& acc, const Probabilities& p, const Values& values) {
+    for (Index r = 0; r < acc.rows(); ++r) acc.row(r).noalias() += p.row(r) * values;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -20,6 +20,12 @@ inline constexpr Index kKeyTile = 128;
 inline constexpr Index kGroupBlocks = 4;
 inline constexpr Index kGroupRows = kGroupBlocks * kQueryTile;
 
+/// Query groups of fewer rows multiply their tiles unpacked, a matrix-vector product per row
+/// (few_rows_logits, few_rows_accumulate): packing a key / value tile costs about as much as
+/// multiplying it by a few query rows. Calls of so few rows (a decode step) also split their keys
+/// over the threads (kernels/key_split.hpp), since their one query group leaves the others idle.
+inline constexpr Index kMinPackedRows = 8;
+
 /// Number of query blocks of kQueryTile rows covering `seq_len_q` rows.
 inline Index query_block_count(Index seq_len_q) { return (seq_len_q + kQueryTile - 1) / kQueryTile; }
 /// Number of query groups of kGroupRows rows covering `seq_len_q` rows.

@@ -48,31 +48,37 @@ struct HeadContext {
     /// diff_v2: where O[2h+1] goes: [N x dv].
     auto second_output(Index h) const { return second.middleCols(h * dv(), dv()); }
     DintHistory<T>* dint_history(Index h) const { return dint_histories ? dint_histories + h : nullptr; }
+    /// The kernel options of a head whose kernel may use `threads` threads.
+    AttentionOptions options_on(int threads) const {
+        AttentionOptions o = options;
+        o.threads = threads;
+        return o;
+    }
 };
 
 /// softmax (docs/math.md §3.2): O_h = softmax(s Q_h K_g^T + M) V_g, g = h / rep.
 struct SoftmaxHeads {
     template <typename T>
-    static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws) {
-        softmax_attention(c.query(h, 0), c.key(h, 0), c.value(h, 0), c.output(h), c.options, &ws);
+    static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
+        softmax_attention(c.query(h, 0), c.key(h, 0), c.value(h, 0), c.output(h), c.options_on(threads), &ws);
     }
 };
 
 /// diff and shared_diff (docs/math.md §2.2, 3.1, 3.3): O_h = (A1 - lambda A2) V_g.
 struct DiffHeads {
     template <typename T>
-    static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws) {
+    static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
         diff_attention(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1), c.value(h, 0), c.lambda,
-                       c.output(h), c.options, &ws);
+                       c.output(h), c.options_on(threads), &ws);
     }
 };
 
 /// dint (docs/math.md §2.3, 3.1): O_h = (A1 - lambda A2 + lambda I) V_g.
 struct DintHeads {
     template <typename T>
-    static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws) {
+    static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
         dint_attention(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1), c.value(h, 0), c.lambda,
-                       c.config.dint_integral, c.output(h), c.options, c.dint_history(h), &ws);
+                       c.config.dint_integral, c.output(h), c.options_on(threads), c.dint_history(h), &ws);
     }
 };
 
@@ -80,11 +86,11 @@ struct DintHeads {
 /// attention of query head t over kv head t / (2H / Hkv).
 struct DiffV2Heads {
     template <typename T>
-    static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws) {
+    static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
         auto out = c.output(h);           // [N x d]  O[2h], then the head's output
         auto second = c.second_output(h); // [N x d]  O[2h+1]
-        softmax_attention(c.query(h, 0), c.key(h, 0), c.value(h, 0), out, c.options, &ws);
-        softmax_attention(c.query(h, 1), c.key(h, 1), c.value(h, 1), second, c.options, &ws);
+        softmax_attention(c.query(h, 0), c.key(h, 0), c.value(h, 0), out, c.options_on(threads), &ws);
+        softmax_attention(c.query(h, 1), c.key(h, 1), c.value(h, 1), second, c.options_on(threads), &ws);
         out.noalias() -= c.lambda_gate.col(h).asDiagonal() * second;
     }
 };

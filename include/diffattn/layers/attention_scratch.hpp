@@ -7,6 +7,7 @@
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/attention_workspace.hpp"
+#include "diffattn/layers/head_parallel.hpp"
 #include "diffattn/layers/attention_config.hpp"
 #include "diffattn/layers/rotary.hpp"
 
@@ -73,9 +74,17 @@ struct AttentionScratch {
 
     /// Makes every kernel workspace hold calls over up to `seq_len_kv` keys (DINT's column sums),
     /// e.g. a KV cache's capacity, so that decoding never allocates. Grows only; a no-op once done.
+    /// The first workspace also serves a decode step whose heads run one after another, each on
+    /// every thread (detail::split_heads_over_keys), when some thread count could call for that.
     void reserve_keys(Index seq_len_kv) {
+        const int threads = static_cast<int>(workspaces.size());
+        int first_threads = 1;
+        for (int t = 2; t <= threads; ++t) {
+            if (detail::split_heads_over_keys(config_.n_heads, 1, t)) first_threads = threads;
+        }
         for (AttentionWorkspace<T>& ws : workspaces) {
-            ws.reserve(max_len(), seq_len_kv, config_.head_dim(), config_.value_dim());
+            ws.reserve(max_len(), seq_len_kv, config_.head_dim(), config_.value_dim(),
+                       &ws == &workspaces.front() ? first_threads : 1);
         }
     }
 

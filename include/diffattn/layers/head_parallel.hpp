@@ -1,30 +1,48 @@
 // Runs one task per attention head, on several threads when OpenMP is available.
 //
-// Each task writes only its own head's output columns, and what a head computes does not depend
-// on which thread runs it, so the result is bit-identical for every thread count.
+// Each task writes only its own head's output columns. The heads go to the threads, and what a
+// head computes does not depend on which thread runs it, so the result is bit-identical for every
+// thread count; except in a call of few query rows (a decode step) whose heads do not share evenly
+// over the threads: there the heads run one after another, each kernel splitting its keys over
+// all the threads (kernels/key_split.hpp), which agrees within docs/math.md §7.
 #pragma once
 
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/kernels/tiling.hpp"
 
 #include <vector>
 
 namespace diffattn::detail {
 
-/// Calls task(h, workspaces[thread]) for h in [0, n_heads) on up to context.threads threads
-/// (workspaces: at least one per thread). An exception thrown by a task is rethrown after the loop.
+/// Whether a call of `seq_len_q` query rows runs its `n_heads` heads one after another, each
+/// kernel on all `threads` threads (over its keys), rather than the heads on the threads: a call
+/// of fewer than kMinPackedRows rows whose heads do not share evenly over the threads.
+inline bool split_heads_over_keys(Index n_heads, Index seq_len_q, int threads) {
+    return threads > 1 && seq_len_q < kMinPackedRows && n_heads % threads != 0;
+}
+
+/// Calls task(h, workspace, kernel_threads) for h in [0, n_heads) on up to context.threads threads
+/// (workspaces: at least one per thread); kernel_threads is what the head's kernel may use: 1 when
+/// the heads run on the threads, all of them (on workspaces[0]) when split_heads_over_keys. An
+/// exception thrown by a task is rethrown after the loop.
 ///   flops: about how much work all the heads do together. Below context.min_parallel_flops per
 ///          thread fewer threads run, down to one: a one-token decode step costs less than waking
-///          a second thread (core/parallel.hpp). The results do not depend on it.
+///          a second thread (core/parallel.hpp).
 template <typename Workspace, typename Task>
-void for_each_head(Index n_heads, double flops, const ExecutionContext& context, std::vector<Workspace>& workspaces,
-                   Task&& task) {
+void for_each_head(Index n_heads, Index seq_len_q, double flops, const ExecutionContext& context,
+                   std::vector<Workspace>& workspaces, Task&& task) {
     const int threads = available_threads(context.threads);
     require<OptionError>(context.threads >= 1 && static_cast<std::size_t>(threads) <= workspaces.size(),
                          "for_each_head: ", context.threads, " threads but ", workspaces.size(), " workspaces");
-    parallel_for(n_heads, context.threads_for(flops), Schedule::equal_tasks,
-                 [&](Index h, int thread) { task(h, workspaces[static_cast<std::size_t>(thread)]); });
+    const int team = context.threads_for(flops);
+    if (split_heads_over_keys(n_heads, seq_len_q, team)) {
+        for (Index h = 0; h < n_heads; ++h) task(h, workspaces.front(), team);
+        return;
+    }
+    parallel_for(n_heads, team, Schedule::equal_tasks,
+                 [&](Index h, int thread) { task(h, workspaces[static_cast<std::size_t>(thread)], 1); });
 }
 
 }  // namespace diffattn::detail

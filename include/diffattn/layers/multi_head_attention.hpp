@@ -285,9 +285,9 @@ private:
         // About 2 N S (query width + output width) flops: Q K^T and P V of every head.
         const double flops = 2.0 * static_cast<double>(call.q.rows()) * static_cast<double>(call.k.rows()) *
                              static_cast<double>(call.q.cols() + call.heads.cols());
-        detail::for_each_head(config_.n_heads, flops, context, scratch.workspaces,
-                              [&](Index h, AttentionWorkspace<T>& workspace) {
-                                  Policy::run(call, h, workspace);
+        detail::for_each_head(config_.n_heads, call.q.rows(), flops, context, scratch.workspaces,
+                              [&](Index h, AttentionWorkspace<T>& workspace, int kernel_threads) {
+                                  Policy::run(call, h, workspace, kernel_threads);
                                   if (subln) {
                                       auto head = call.output(h);  // [N x 2d]
                                       weights_.subln.apply(head, head, output_scale);

@@ -1,0 +1,84 @@
+// The key split of a call of few query rows (a decode step: one token or a small chunk).
+//
+// Larger calls spread their query groups over the threads (for_each_query_group). A call of fewer
+// than kMinPackedRows rows is one small group, so it spreads its keys instead, as FlashDecoding
+// does: the key tiles it sees are cut into runs, each run is folded into its own online-softmax
+// state on whichever thread takes it, and the runs' states merge (OnlineSoftmaxState::merge,
+// docs/math.md §7: softmax subtracts the row max, here the max over the runs). The runs change
+// only the order of the softmax sums, so results agree with one thread within docs/math.md §7.
+#pragma once
+
+#include "diffattn/core/parallel.hpp"
+#include "diffattn/kernels/attention_core.hpp"
+
+#include <algorithm>
+#include <cstddef>
+
+namespace diffattn::detail {
+
+/// Threads a call of `seq_len_q` query rows on `threads` threads spreads over the keys of each of
+/// its query groups: all of them for a call of fewer than kMinPackedRows rows (its one group would
+/// leave the others idle), else 1 (its groups go to the threads).
+inline int key_split_threads(Index seq_len_q, int threads) { return seq_len_q < kMinPackedRows ? threads : 1; }
+
+/// The online softmax of M maps of the same few query rows [q_begin, q_begin + q_rows)
+/// (q_rows < kMinPackedRows) over the keys [keys.begin, keys.end) they see, into states[m]: the maps
+/// take each key tile in turn while its values are in cache, so the values are read once for all
+/// the maps (DIFF's two maps share V).
+template <typename T, typename Logits, typename Mask, std::size_t M>
+void attend_few_rows(Logits* const (&maps)[M], const Mask& mask, Index q_begin, Index q_rows,
+                     const ConstMatrixRef<T>& v, BlockScratch<T>& scratch, OnlineSoftmaxState<T>* const (&states)[M],
+                     KeyRange keys) {
+    assert(q_rows < kMinPackedRows && keys.begin % kKeyTile == 0);
+    for (OnlineSoftmaxState<T>* state : states) state->reset(q_rows, v.cols());
+    const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
+    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kKeyTile) {
+        const Index k_count = std::min(kKeyTile, visit_end - k_begin);
+        const auto values = v.middleRows(k_begin, k_count);
+        const LazyFinite<decltype(values)> values_finite(values);
+        for (std::size_t m = 0; m < M; ++m) {
+            fold_tile(*maps[m], mask, q_begin, 0, q_rows, k_begin, k_count, values, values_finite, scratch,
+                      *states[m], static_cast<PackedTiles<T>*>(nullptr));
+        }
+    }
+}
+
+/// Runs M maps of the query rows [q_begin, q_begin + q_rows) over every key the mask lets them
+/// see: on return into[m] holds map m's {acc, m, l}.
+///   q_rows >= kMinPackedRows: attend_block for each map on `scratch` (threads must be 1).
+///   fewer rows, threads 1 (or a single key tile): attend_few_rows on `scratch`.
+///   fewer rows, threads > 1: the visible key tiles are cut into up to kKeySegmentsPerThread *
+///     threads runs of about equal length (the rows see about the same keys); each run is a task
+///     (attend_few_rows over all the maps) that folds its keys into its own states (the
+///     workspace's key_split_parts), handed out one at a time; then each map merges its runs into
+///     into[m].
+/// A Logits policy called from several threads must only read, or write what its own keys own
+/// (IntegralLogits: the column sums of its keys).
+template <typename T, typename Logits, typename Mask, std::size_t M>
+void attend_maps(Logits* const (&maps)[M], const Mask& mask, Index q_begin, Index q_rows, const ConstMatrixRef<T>& v,
+                 AttentionWorkspace<T>& ws, BlockScratch<T>& scratch, int threads,
+                 OnlineSoftmaxState<T>* const (&into)[M]) {
+    if (q_rows >= kMinPackedRows) {
+        assert(threads == 1);
+        for (std::size_t m = 0; m < M; ++m) attend_block(*maps[m], mask, q_begin, q_rows, v, scratch, *into[m]);
+        return;
+    }
+    const Index tiles = (block_visit_end(mask, q_begin, q_begin + q_rows) + kKeyTile - 1) / kKeyTile;
+    const Index runs = threads > 1 ? std::min<Index>(tiles, kKeySegmentsPerThread * threads) : 1;
+    if (runs <= 1) {
+        attend_few_rows(maps, mask, q_begin, q_rows, v, scratch, into, KeyRange{});
+        return;
+    }
+    assert(ws.key_split_parts().size() >= M * static_cast<std::size_t>(runs));
+    OnlineSoftmaxState<T>* parts = ws.key_split_parts().data();  // map m's run r at m * runs + r
+    parallel_for(runs, threads, Schedule::equal_tasks, [&](Index run, int thread) {
+        OnlineSoftmaxState<T>* states[M];
+        for (std::size_t m = 0; m < M; ++m) states[m] = parts + static_cast<Index>(m) * runs + run;
+        // Runs of whole tiles, about equal in count.
+        const KeyRange keys{run * tiles / runs * kKeyTile, (run + 1) * tiles / runs * kKeyTile};
+        attend_few_rows(maps, mask, q_begin, q_rows, v, ws.block(thread), states, keys);
+    });
+    for (std::size_t m = 0; m < M; ++m) into[m]->merge(parts + static_cast<Index>(m) * runs, runs);
+}
+
+}  // namespace diffattn::detail
