@@ -1,6 +1,6 @@
 # The layering of include/diffattn, checked by ctest (test header_layering):
 #
-#   core  <-  kernels, io  <-  layers  <-  model  <-  analysis
+#   core  <-  kernels, io  <-  layers  <-  model  <-  analysis, distributed
 #
 # A header in one of these folders may include library headers from the folders listed for it
 # below and from nowhere else, always by their full path ("diffattn/<folder>/<name>.hpp"): core
@@ -21,6 +21,7 @@ set(allowed_io core io)
 set(allowed_layers core kernels io layers)
 set(allowed_model core kernels io layers model)
 set(allowed_analysis core kernels io layers model analysis)  # optional, on top of the model
+set(allowed_distributed core kernels io layers model distributed)  # optional (MPI), on top of the model
 
 file(GLOB_RECURSE headers RELATIVE "${INCLUDE_DIR}/diffattn" "${INCLUDE_DIR}/diffattn/*.hpp")
 list(SORT headers)

@@ -117,6 +117,28 @@ public:
         return min_visible;
     }
 
+    /// Folds in `part`, the state of the same rows over other keys (a key split), keeping the
+    /// result un-normalised: the merge of add_merged_row, m = max, l and acc rescaled by exp(m_s - m).
+    /// A row `part` saw no key of (l = 0) is unchanged; a NaN in either reaches the row.
+    void merge(const OnlineSoftmaxState& part) {
+        assert(part.rows_ == rows_ && part.value_dim_ == value_dim_);
+        for (Index r = 0; r < rows_; ++r) {
+            const T part_sum = part.row_sum_[r], part_max = part.row_max_[r];
+            if (part_sum == T(0)) continue;
+            if (row_sum_[r] == T(0)) {
+                row_max_[r] = part_max;
+                row_sum_[r] = part_sum;
+                accumulator().row(r) = part.accumulator().row(r);
+                continue;
+            }
+            const T merged = part_max > row_max_[r] || std::isnan(part_max) ? part_max : row_max_[r];
+            const T mine = std::exp(row_max_[r] - merged), theirs = std::exp(part_max - merged);
+            row_sum_[r] = row_sum_[r] * mine + part_sum * theirs;
+            accumulator().row(r) = accumulator().row(r) * mine + part.accumulator().row(r) * theirs;
+            row_max_[r] = merged;
+        }
+    }
+
     /// acc rows [row_begin, row_begin + rows) [rows x value_dim]: where the caller adds P V.
     auto accumulator_rows(Index row_begin, Index rows) { return accumulator().middleRows(row_begin, rows); }
 
