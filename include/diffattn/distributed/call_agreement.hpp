@@ -37,6 +37,24 @@ struct SliceCall {
     }
 };
 
+/// Runs check() on every rank of comm and shares the verdict: if it threw anywhere, every rank
+/// throws, this rank its own exception, the others an Error naming the first rank that failed.
+template <typename Check>
+void require_on_every_rank(MPI_Comm comm, const char* function, Check&& check) {
+    std::exception_ptr failure;
+    try {
+        check();
+    } catch (...) {
+        failure = std::current_exception();
+    }
+    const RankInfo me = rank_info(comm, function);
+    int first_failed = failure ? me.rank : me.size;
+    int any = me.size;
+    check_mpi(MPI_Allreduce(&first_failed, &any, 1, MPI_INT, MPI_MIN, comm), function, "MPI_Allreduce");
+    if (failure) std::rethrow_exception(failure);
+    require<Error>(any == me.size, function, ": rank ", any, " of ", me.size, " rejected its arguments (see its message)");
+}
+
 /// Runs local_checks() (the single-process checks of this rank's arguments, which fill `mine`),
 /// shares the result with every rank and returns the slices of the sequence. Throws, on every
 /// rank: this rank's own exception; Error naming a rank whose own checks failed; ShapeError if a

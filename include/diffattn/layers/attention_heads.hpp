@@ -53,8 +53,8 @@ struct HeadContext {
 };
 
 /// Kernel 2.1 on map m of head h into `out`, through the call's kernels if it has them.
-template <typename T>
-void run_softmax(const HeadContext<T>& c, Index m, MatrixRef<T> out, Index h, AttentionWorkspace<T>& ws) {
+template <typename T, typename Out>
+void run_softmax(const HeadContext<T>& c, Index m, Out&& out, Index h, AttentionWorkspace<T>& ws) {
     if (c.kernels != nullptr) {
         c.kernels->softmax(c.query(h, m), c.key(h, m), c.value(h, m), out, c.options, ws);
     } else {
