@@ -210,15 +210,19 @@ private:
         local_total_.resize(dv);
         other_total_.setZero(dv);
         for (Index j = 0; j < dv; ++j) local_total_[j] = sum.compensated(j);
+        const double start = MPI_Wtime();
+        const auto waited = [&] { stats_.wait_seconds += MPI_Wtime() - start; };
         if (integral == DintIntegral::global_mean) {
             check_mpi(MPI_Allreduce(local_total_.data(), other_total_.data(), int(dv), mpi_type<Wide>(), MPI_SUM, comm_),
                       function, "MPI_Allreduce");
+            waited();
             const Wide weight = Wide(lambda) / Wide(slices_.length());
             o1_rows([&](Index n, const auto&) { out.row(n) += (weight * other_total_).transpose().template cast<T>(); });
             return;
         }
         check_mpi(MPI_Exscan(local_total_.data(), other_total_.data(), int(dv), mpi_type<Wide>(), MPI_SUM, comm_),
                   function, "MPI_Exscan");
+        waited();
         if (rank_ == 0) other_total_.setZero();  // MPI_Exscan leaves rank 0's result undefined
         sum.set_zero();
         sum.sum() = other_total_;
@@ -237,7 +241,8 @@ private:
     ///      column sums; ranks 1 .. R-2 add up their rows' A1 columns; the last rank does nothing
     ///      (no rank needs its sums); then MPI_Iexscan of the sums starts;
     ///   3. map 2 (K2, V), while the prefix sums travel;
-    ///   4. ranks 1 .. R-1: the integral map, from the prefix of the ranks before.
+    ///   4. ranks 1 .. R-1: the integral map, from the prefix of the ranks before (the diagonal
+    ///      block first, which under a causal mask needs no prefix).
     void softmax_integral(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, const ConstMatrixRef<T>& q2,
                           const ConstMatrixRef<T>& k2, const ConstMatrixRef<T>& v, T lambda,
                           const detail::ResolvedOptions& resolved, MatrixRef<T>& out) {
@@ -262,7 +267,7 @@ private:
         };
         // 2. Blocks travel as far as the last rank that uses them.
         column_pass(causal_ ? std::max(0, last - 1) : last, rank_ == 0);
-        MPI_Request prefix = MPI_REQUEST_NULL;
+        MPI_Request& prefix = buffers_.background;  // driven by the passes' progress() calls
         prefix_sums_.setZero(length);
         if (ranks > 1) {
             const T* send = rank_ == 0 ? column_sum.data() : local_sums_.data();
@@ -271,17 +276,28 @@ private:
         }
         // 3. Map 2, into totals_[1].
         attend_maps<1>(std::array<ConstMatrixRef<T>, 1>{q2}, std::array<ConstMatrixRef<T>, 2>{k2, v}, resolved, 1);
-        const double start = MPI_Wtime();
-        check_mpi(MPI_Wait(&prefix, MPI_STATUS_IGNORE), function, "MPI_Wait");
-        stats_.wait_seconds += MPI_Wtime() - start;
+        // The prefix is needed only by the blocks of earlier ranks: under a causal mask no earlier
+        // row sees this rank's own keys, so their column sums start at zero and the diagonal
+        // block's integral runs before the prefix has arrived.
+        bool have_prefix = false;
+        const auto wait_prefix = [&] {
+            if (have_prefix) return;
+            have_prefix = true;
+            const double start = MPI_Wtime();
+            check_mpi(MPI_Wait(&prefix, MPI_STATUS_IGNORE), function, "MPI_Wait");
+            stats_.wait_seconds += MPI_Wtime() - start;
+            const Index earlier = causal_ ? slices_.first(rank_) : length;  // the keys the prefix covers
+            if (rank_ > 0) column_sum.head(earlier) += prefix_sums_.head(earlier);
+        };
         // 4. The integral map of ranks 1 .. R-1 (rank 0 only forwards its block).
         if (ranks > 1) {
-            if (rank_ > 0) column_sum = prefix_sums_;
             ring_pass<T>(comm_, slices_, first_map, causal_, last, buffers_, stats_,
                          [&](const RingBlock<T>& block, const auto& progress) {
+                             if (!causal_ || block.origin != rank_) wait_prefix();
                              if (rank_ > 0) integral_block(q1, block, resolved, column_sum, progress);
                          });
         }
+        wait_prefix();
         write_differential(lambda, out);
         for (Index g = 0; g < groups(); ++g) {
             for (Index r = 0; r < group_rows(g); ++r) out.row(g * kGroupRows + r) += lambda * totals_[2][g].normalized_row(r);

@@ -8,7 +8,7 @@
 //   - causal: rank r needs only the blocks of ranks <= r (its own first), so blocks flow one way,
 //     r -> r + 1, and stop at the last rank that works in the pass: rank r takes r + 1 steps.
 // MPI makes progress on a large transfer only inside MPI calls, so the work calls progress()
-// between query groups (MPI_Testall on the step's requests).
+// between query groups (MPI_Testall on the step's requests, MPI_Test on a background collective).
 #pragma once
 
 #include "diffattn/core/types.hpp"
@@ -44,6 +44,10 @@ struct RingBlock {
 template <typename T>
 struct RingBuffers {
     std::vector<T> current, next;
+    /// A non-blocking collective in flight during the passes (DINT's prefix of column sums):
+    /// their progress() calls drive it too, since Open MPI advances it only inside MPI calls on
+    /// requests that are not yet complete.
+    MPI_Request background = MPI_REQUEST_NULL;
 };
 
 /// Runs one pass. `local`: this rank's pieces (each [slice rows x width_i], any strides);
@@ -109,6 +113,7 @@ void ring_pass(MPI_Comm comm, const SequenceSlices& slices, const std::array<Con
         const auto progress = [&] {
             int done = 0;
             MPI_Testall(2, requests.data(), &done, MPI_STATUSES_IGNORE);
+            if (buffers.background != MPI_REQUEST_NULL) MPI_Test(&buffers.background, &done, MPI_STATUS_IGNORE);
         };
         work(view(buffers.current.data(), origin), progress);
         const double start = MPI_Wtime();
