@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 
+#include <string>
 #include <type_traits>
 
 namespace diffattn::distributed {

@@ -15,7 +15,6 @@
 
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
-#include "diffattn/kernels/softmax_attention.hpp"
 #include "diffattn/distributed/call_agreement.hpp"
 #include "diffattn/distributed/ring_pass.hpp"
 

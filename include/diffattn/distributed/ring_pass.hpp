@@ -17,6 +17,7 @@
 
 #include <array>
 #include <cstddef>
+#include <new>
 #include <utility>
 #include <vector>
 
