@@ -10,7 +10,7 @@
 //   DINT causal_mean:     the O1 row sums of the ranks before, by MPI_Exscan.
 //   DINT global_mean:     the O1 row sums of all ranks, by MPI_Allreduce.
 //   DINT causal_softmax:  the column sums of A1 over the rows of the ranks before (a vector over
-//                         keys), by MPI_Iexscan, then the integral map's own pass of K1, V blocks.
+//                         keys), by MPI_Iexscan; the integral map rides map 2's pass.
 #pragma once
 
 #include "diffattn/core/parallel.hpp"
@@ -164,26 +164,35 @@ private:
         });
     }
 
+    /// Folds `block` into maps totals_[first_total + m] for m < Maps, map m's keys in the block's
+    /// piece first_key + m, the values in its last piece.
+    template <std::size_t Maps, typename Progress>
+    void fold_maps(const std::array<ConstMatrixRef<T>, Maps>& queries, const RingBlock<T>& block,
+                   const detail::ResolvedOptions& resolved, std::size_t first_total, std::size_t first_key,
+                   const Progress& progress) {
+        const ConstMatrixRef<T> v(block.last_piece());
+        with_block_mask(block, [&](const auto& mask) {
+            for_each_group(resolved.threads, [&](Index g, Index q_begin, Index q_rows, BlockScratch<T>& scratch,
+                                                 int thread) {
+                for (std::size_t m = 0; m < Maps; ++m) {
+                    const ConstMatrixRef<T> keys(block.piece(first_key + m));
+                    const detail::DotProductLogits<T> logits(queries[m], keys, T(resolved.scale));
+                    detail::attend_block(logits, mask, q_begin, q_rows, v, scratch, scratch.states[0]);
+                    totals_[first_total + m][g].merge(scratch.states[0]);
+                }
+                if (thread == 0) progress();
+            });
+        });
+    }
+
     /// One pass of blocks (K of each map, then V) folding `Maps` maps into totals_[0 .. Maps).
     template <std::size_t Maps, std::size_t Pieces>
     void attend_maps(const std::array<ConstMatrixRef<T>, Maps>& queries, const std::array<ConstMatrixRef<T>, Pieces>& local,
-                     const detail::ResolvedOptions& resolved, std::size_t first_total = 0) {
+                     const detail::ResolvedOptions& resolved) {
         static_assert(Pieces == Maps + 1, "attend_maps: one key piece per map, then the values");
         ring_pass<T>(comm_, slices_, local, causal_, slices_.ranks() - 1, buffers_, stats_,
                      [&](const RingBlock<T>& block, const auto& progress) {
-                         const ConstMatrixRef<T> v(block.piece(Maps));
-                         with_block_mask(block, [&](const auto& mask) {
-                             for_each_group(resolved.threads, [&](Index g, Index q_begin, Index q_rows,
-                                                                  BlockScratch<T>& scratch, int thread) {
-                                 for (std::size_t m = 0; m < Maps; ++m) {
-                                     const ConstMatrixRef<T> keys(block.piece(m));
-                                     const detail::DotProductLogits<T> logits(queries[m], keys, T(resolved.scale));
-                                     detail::attend_block(logits, mask, q_begin, q_rows, v, scratch, scratch.states[0]);
-                                     totals_[first_total + m][g].merge(scratch.states[0]);
-                                 }
-                                 if (thread == 0) progress();
-                             });
-                         });
+                         fold_maps<Maps>(queries, block, resolved, 0, 0, progress);
                      });
     }
 
@@ -233,51 +242,49 @@ private:
         });
     }
 
-    /// DINT causal_softmax (docs/math.md §2.3) in four passes, ordered so that no rank waits on
-    /// another's column sums while it has other work (docs/distributed.md):
+    /// DINT causal_softmax (docs/math.md §2.3) in three passes, ordered so that no rank waits for
+    /// another's blocks or column sums while it has work (docs/distributed.md):
     ///   1. map 1 (K1, V);
-    ///   2. rank 0, whose rows have no earlier rows, runs its integral map at once, which leaves its
-    ///      column sums; ranks 1 .. R-2 add up their rows' A1 columns; the last rank does nothing
-    ///      (no rank needs its sums); then MPI_Iexscan of the sums starts;
-    ///   3. map 2 (K2, V), while the prefix sums travel;
-    ///   4. ranks 1 .. R-1: the integral map, from the prefix of the ranks before (the diagonal
-    ///      block first, which under a causal mask needs no prefix).
+    ///   2. (K1, V): ranks 1 .. R-2 add up their rows' A1 columns over every block (the last rank's
+    ///      sums are needed by nobody); with mask none rank 0, whose rows have no earlier rows,
+    ///      runs its integral map here, which leaves its column sums. Then MPI_Iexscan of the sums
+    ///      (a vector over keys) starts;
+    ///   3. (K1, K2, V): map 2 and the integral map. Under a causal mask rank 0 has only its own
+    ///      block: it runs its integral map first and starts the prefix from there, so the others
+    ///      have it by the time they reach an earlier rank's block. No earlier row sees a rank's
+    ///      own keys, so the diagonal block's integral needs no prefix.
     void softmax_integral(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, const ConstMatrixRef<T>& q2,
                           const ConstMatrixRef<T>& k2, const ConstMatrixRef<T>& v, T lambda,
                           const detail::ResolvedOptions& resolved, MatrixRef<T>& out) {
         constexpr const char* function = "ring dint_attention";
         const int ranks = slices_.ranks(), last = ranks - 1;
         const Index length = slices_.length();
-        const std::array<ConstMatrixRef<T>, 2> first_map{k1, v};
         VectorRef<T> column_sum(ws_.column_sum().head(length));  // the prefix, then this rank's rows added
         local_sums_.setZero(length);                             // this rank's rows only (ranks 1 .. R-2)
-        column_sum.setZero();
-
-        attend_maps<1>(std::array<ConstMatrixRef<T>, 1>{q1}, first_map, resolved);
-        const auto column_pass = [&](int last_rank, bool integral_map) {
-            ring_pass<T>(comm_, slices_, first_map, causal_, last_rank, buffers_, stats_,
-                         [&](const RingBlock<T>& block, const auto& progress) {
-                             if (integral_map) {
-                                 integral_block(q1, block, resolved, column_sum, progress);
-                             } else if (rank_ > 0 && rank_ < last) {
-                                 column_sums(q1, block, resolved, local_sums_, progress);
-                             }
-                         });
-        };
-        // 2. Blocks travel as far as the last rank that uses them.
-        column_pass(causal_ ? std::max(0, last - 1) : last, rank_ == 0);
-        MPI_Request& prefix = buffers_.background;  // driven by the passes' progress() calls
         prefix_sums_.setZero(length);
-        if (ranks > 1) {
+        column_sum.setZero();
+        const bool rank0_integral_late = causal_ && rank_ == 0;  // in pass 3, before its map 2
+
+        // 1. Map 1.
+        attend_maps<1>(std::array<ConstMatrixRef<T>, 1>{q1}, std::array<ConstMatrixRef<T>, 2>{k1, v}, resolved);
+
+        // 2. Column sums (ranks 1 .. R-2), rank 0's integral map with mask none; blocks travel as
+        //    far as the last rank that uses them.
+        ring_pass<T>(comm_, slices_, std::array<ConstMatrixRef<T>, 2>{k1, v}, causal_, causal_ ? std::max(0, last - 1) : last,
+                     buffers_, stats_, [&](const RingBlock<T>& block, const auto& progress) {
+                         if (rank_ == 0 && !causal_) {
+                             integral_block(q1, block, resolved, column_sum, progress);
+                         } else if (rank_ > 0 && rank_ < last) {
+                             column_sums(q1, block, resolved, local_sums_, progress);
+                         }
+                     });
+        MPI_Request& prefix = buffers_.background;  // driven by the passes' progress() calls
+        const auto start_prefix = [&] {
+            if (ranks == 1) return;
             const T* send = rank_ == 0 ? column_sum.data() : local_sums_.data();
             check_mpi(MPI_Iexscan(send, prefix_sums_.data(), int(length), mpi_type<T>(), MPI_SUM, comm_, &prefix),
                       function, "MPI_Iexscan");
-        }
-        // 3. Map 2, into totals_[1].
-        attend_maps<1>(std::array<ConstMatrixRef<T>, 1>{q2}, std::array<ConstMatrixRef<T>, 2>{k2, v}, resolved, 1);
-        // The prefix is needed only by the blocks of earlier ranks: under a causal mask no earlier
-        // row sees this rank's own keys, so their column sums start at zero and the diagonal
-        // block's integral runs before the prefix has arrived.
+        };
         bool have_prefix = false;
         const auto wait_prefix = [&] {
             if (have_prefix) return;
@@ -288,14 +295,21 @@ private:
             const Index earlier = causal_ ? slices_.first(rank_) : length;  // the keys the prefix covers
             if (rank_ > 0) column_sum.head(earlier) += prefix_sums_.head(earlier);
         };
-        // 4. The integral map of ranks 1 .. R-1 (rank 0 only forwards its block).
-        if (ranks > 1) {
-            ring_pass<T>(comm_, slices_, first_map, causal_, last, buffers_, stats_,
-                         [&](const RingBlock<T>& block, const auto& progress) {
+        if (!rank0_integral_late) start_prefix();
+
+        // 3. Map 2 and the integral map, block by block.
+        ring_pass<T>(comm_, slices_, std::array<ConstMatrixRef<T>, 3>{k1, k2, v}, causal_, last, buffers_, stats_,
+                     [&](const RingBlock<T>& block, const auto& progress) {
+                         if (rank0_integral_late) {
+                             integral_block(q1, block, resolved, column_sum, progress);
+                             start_prefix();
+                         }
+                         fold_maps<1>(std::array<ConstMatrixRef<T>, 1>{q2}, block, resolved, 1, 1, progress);
+                         if (rank_ > 0) {
                              if (!causal_ || block.origin != rank_) wait_prefix();
-                             if (rank_ > 0) integral_block(q1, block, resolved, column_sum, progress);
-                         });
-        }
+                             integral_block(q1, block, resolved, column_sum, progress);
+                         }
+                     });
         wait_prefix();
         write_differential(lambda, out);
         for (Index g = 0; g < groups(); ++g) {
@@ -309,7 +323,7 @@ private:
     template <typename Progress>
     void integral_block(const ConstMatrixRef<T>& q1, const RingBlock<T>& block, const detail::ResolvedOptions& resolved,
                         VectorRef<T>& column_sum, const Progress& progress) {
-        const ConstMatrixRef<T> k1(block.piece(0)), v(block.piece(1));
+        const ConstMatrixRef<T> k1(block.piece(0)), v(block.last_piece());
         const detail::DotProductLogits<T> logits1(q1, k1, T(resolved.scale));
         BlockScratch<T>& scratch = ws_.block(0);
         with_block_mask(block, [&](const auto& mask) {

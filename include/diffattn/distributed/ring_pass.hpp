@@ -38,7 +38,9 @@ struct RingBlock {
     Index rows = 0;
     std::array<ConstRowMatrixMap<T>, 3> pieces{ConstRowMatrixMap<T>(nullptr, 0, 0), ConstRowMatrixMap<T>(nullptr, 0, 0),
                                                ConstRowMatrixMap<T>(nullptr, 0, 0)};
+    std::size_t count = 0;  ///< pieces in use
     const ConstRowMatrixMap<T>& piece(std::size_t i) const { return pieces[i]; }
+    const ConstRowMatrixMap<T>& last_piece() const { return pieces[count - 1]; }
 };
 
 /// The two block buffers of a pass, reused across passes and calls (grown, never shrunk).
@@ -84,6 +86,7 @@ void ring_pass(MPI_Comm comm, const SequenceSlices& slices, const std::array<Con
         block.origin = origin;
         block.first = slices.first(origin);
         block.rows = slices.rows(origin);
+        block.count = Pieces;
         for (std::size_t i = 0; i < Pieces; ++i) {
             new (&block.pieces[i]) ConstRowMatrixMap<T>(data, block.rows, local[i].cols());
             data += block.rows * local[i].cols();
