@@ -17,11 +17,11 @@ t_pair is measured at d = 64, dv = 128 and scaled by (d + dv) / 192 (the product
 import argparse
 
 p = argparse.ArgumentParser()
-p.add_argument("--pair-ns", type=float, default=3.2, help="ns per (query, key) pair and map at d=64, dv=128")
+p.add_argument("--pair-ns", type=float, default=2.6, help="ns per (query, key) pair and map at d=64, dv=128")
 p.add_argument("--gbps", type=float, default=100.0, help="network bandwidth per rank, Gbit/s")
 p.add_argument("--latency-us", type=float, default=5.0, help="per message")
-p.add_argument("--efficiency", type=float, default=0.86,
-               help="the ring's attention efficiency measured on 2 ranks (speed-up / 2; DIFF: 0.86)")
+p.add_argument("--efficiency", type=float, default=0.95,
+               help="the ring's attention efficiency measured on 2 ranks (speed-up / 2; DIFF: 0.95)")
 p.add_argument("--gflops", type=float, default=100.0, help="dense product rate of one core, GFLOP/s")
 a = p.parse_args()
 
