@@ -16,11 +16,11 @@
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/distributed/call_agreement.hpp"
+#include "diffattn/distributed/ring_integrals.hpp"
 #include "diffattn/distributed/ring_pass.hpp"
 
 #include <algorithm>
 #include <array>
-#include <type_traits>
 #include <vector>
 
 namespace diffattn::distributed {
@@ -74,7 +74,8 @@ public:
         } else {
             attend_maps<2>({q1, q2}, std::array<ConstMatrixRef<T>, 3>{k1, k2, v}, resolved);
             write_differential(lambda, out);
-            mean_integral(integral, lambda, out);
+            stats_.wait_seconds += add_mean_integral(totals_[0], rows_, integral, lambda, slices_.first(rank_),
+                                                     slices_.length(), comm_, ws_, local_total_, other_total_, out);
         }
     }
 
@@ -202,46 +203,6 @@ private:
         }
     }
 
-    /// The mean integrals (docs/math.md §2.3): I V is the running (causal_mean) or global mean of
-    /// the rows of O1, whose sums over other ranks' rows come by MPI_Exscan / MPI_Allreduce.
-    void mean_integral(DintIntegral integral, T lambda, MatrixRef<T>& out) {
-        constexpr const char* function = "ring dint_attention";
-        const Index dv = out.cols();
-        detail::KahanSum<Wide> sum(ws_.running_row_sum().head(dv), ws_.running_row_error().head(dv));
-        sum.set_zero();
-        const auto o1_rows = [&](const auto& f) {
-            for (Index g = 0; g < groups(); ++g) {
-                for (Index r = 0; r < group_rows(g); ++r) f(g * kGroupRows + r, totals_[0][g].normalized_row(r));
-            }
-        };
-        o1_rows([&](Index, const auto& row) { sum.add(row); });
-        local_total_.resize(dv);
-        other_total_.setZero(dv);
-        for (Index j = 0; j < dv; ++j) local_total_[j] = sum.compensated(j);
-        const double start = MPI_Wtime();
-        const auto waited = [&] { stats_.wait_seconds += MPI_Wtime() - start; };
-        if (integral == DintIntegral::global_mean) {
-            check_mpi(MPI_Allreduce(local_total_.data(), other_total_.data(), int(dv), mpi_type<Wide>(), MPI_SUM, comm_),
-                      function, "MPI_Allreduce");
-            waited();
-            const Wide weight = Wide(lambda) / Wide(slices_.length());
-            o1_rows([&](Index n, const auto&) { out.row(n) += (weight * other_total_).transpose().template cast<T>(); });
-            return;
-        }
-        check_mpi(MPI_Exscan(local_total_.data(), other_total_.data(), int(dv), mpi_type<Wide>(), MPI_SUM, comm_),
-                  function, "MPI_Exscan");
-        waited();
-        if (rank_ == 0) other_total_.setZero();  // MPI_Exscan leaves rank 0's result undefined
-        sum.set_zero();
-        sum.sum() = other_total_;
-        const Index first = slices_.first(rank_);
-        o1_rows([&](Index n, const auto& row) {
-            sum.add(row);
-            const Wide weight = Wide(lambda) / Wide(first + n + 1);
-            out.row(n) += (weight * sum.sum()).transpose().template cast<T>();
-        });
-    }
-
     /// DINT causal_softmax (docs/math.md §2.3) in three passes, ordered so that no rank waits for
     /// another's blocks or column sums while it has work (docs/distributed.md):
     ///   1. map 1 (K1, V);
@@ -317,54 +278,26 @@ private:
         }
     }
 
-    /// The integral map's part over `block` (IntegralLogits on the rebuilt A1 tiles), folded into
-    /// totals_[2]. The groups run in order: each adds its A1 rows to the block's column sums
-    /// before the next group reads them.
+    /// The integral map's part over `block`, folded into totals_[2] (ring_integrals.hpp).
     template <typename Progress>
     void integral_block(const ConstMatrixRef<T>& q1, const RingBlock<T>& block, const detail::ResolvedOptions& resolved,
                         VectorRef<T>& column_sum, const Progress& progress) {
         const ConstMatrixRef<T> k1(block.piece(0)), v(block.last_piece());
-        const detail::DotProductLogits<T> logits1(q1, k1, T(resolved.scale));
-        BlockScratch<T>& scratch = ws_.block(0);
         with_block_mask(block, [&](const auto& mask) {
-            using Mask = std::decay_t<decltype(mask)>;
-            for (Index g = 0; g < groups(); ++g) {
-                const Index q_begin = g * kGroupRows, q_rows = group_rows(g);
-                const OnlineSoftmaxState<T>& map1 = totals_[0][g];
-                const detail::A1Tiles<T, Mask> a1(logits1, mask, q_begin, map1.row_maxima(), map1.row_sums());
-                detail::IntegralLogits<T, Mask> logits(a1, column_sum.segment(block.first, block.rows),
-                                                       slices_.first(rank_));
-                detail::attend_block(logits, mask, q_begin, q_rows, v, scratch, scratch.states[2]);
-                totals_[2][g].merge(scratch.states[2]);
-                progress();
-            }
+            integral_map_part(q1, k1, v, mask, T(resolved.scale), totals_[0], slices_.first(rank_),
+                              VectorRef<T>(column_sum.segment(block.first, block.rows)), ws_.block(0), totals_[2],
+                              progress);
         });
     }
 
-    /// sums[key] += the A1 columns of this slice's rows over the keys of `block`.
+    /// sums[key] += the A1 columns of this slice's rows over the keys of `block` (ring_integrals.hpp).
     template <typename Progress>
     void column_sums(const ConstMatrixRef<T>& q1, const RingBlock<T>& block, const detail::ResolvedOptions& resolved,
                      Vector<T>& sums, const Progress& progress) {
         const ConstMatrixRef<T> k1(block.piece(0));
-        const detail::DotProductLogits<T> logits1(q1, k1, T(resolved.scale));
-        BlockScratch<T>& scratch = ws_.block(0);
         with_block_mask(block, [&](const auto& mask) {
-            using Mask = std::decay_t<decltype(mask)>;
-            for (Index g = 0; g < groups(); ++g) {
-                const OnlineSoftmaxState<T>& map1 = totals_[0][g];
-                const Index group_begin = g * kGroupRows;
-                const detail::A1Tiles<T, Mask> a1(logits1, mask, group_begin, map1.row_maxima(), map1.row_sums());
-                for (Index b = group_begin; b < group_begin + group_rows(g); b += kQueryTile) {
-                    const Index b_rows = std::min(kQueryTile, group_begin + group_rows(g) - b);
-                    const Index visit_end = block_visit_end(mask, b, b + b_rows);
-                    for (Index k_begin = 0; k_begin < visit_end; k_begin += kKeyTile) {
-                        auto tile = scratch.logits.topLeftCorner(b_rows, std::min(kKeyTile, visit_end - k_begin));
-                        a1(b, group_begin, k_begin, tile, nullptr);
-                        sums.segment(block.first + k_begin, tile.cols()) += tile.colwise().sum().transpose();
-                    }
-                }
-                progress();
-            }
+            add_a1_column_sums(q1, k1, mask, T(resolved.scale), totals_[0],
+                               VectorRef<T>(sums.segment(block.first, block.rows)), ws_.block(0), progress);
         });
     }
 
