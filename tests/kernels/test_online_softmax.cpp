@@ -55,6 +55,15 @@ RowMatrix<Wide<T>> expected_rows(const SplitCase<T>& c, T scale, Wide<T> unseen)
     return out;
 }
 
+/// The case both tests split: 9 rows, 40 keys, values of width 5. Row 0 sees nothing; rows 1-2
+/// see only the first run of keys; the others end inside or after later runs.
+template <typename T>
+SplitCase<T> nine_rows(std::mt19937& rng) {
+    SplitCase<T> c{random_matrix<T>(rng, 9, 40, -6.0, 6.0), random_matrix<T>(rng, 40, 5), {}};
+    c.key_end = {0, 3, 7, 8, 19, 25, 33, 40, 40};
+    return c;
+}
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("add_merged_row: states over disjoint runs of keys merge into the softmax over all of them",
@@ -63,9 +72,7 @@ TEMPLATE_TEST_CASE("add_merged_row: states over disjoint runs of keys merge into
     using W = Wide<T>;
     DIFFATTN_TEST_RNG(rng);
     const Index rows = 9, keys = 40, value_dim = 5;
-    SplitCase<T> c{random_matrix<T>(rng, rows, keys, -6.0, 6.0), random_matrix<T>(rng, keys, value_dim), {}};
-    // Row 0 sees nothing; rows 1-2 see only the first run; the others end inside or after later runs.
-    c.key_end = {0, 3, 7, 8, 19, 25, 33, 40, 40};
+    SplitCase<T> c = nine_rows<T>(rng);
     const T scale = T(0.75), unseen = T(7);
     const std::vector<Index> run_ends = {8, 20, 21, 40};  // runs [0, 8), [8, 20), [20, 21), [21, 40)
     std::vector<OnlineSoftmaxState<T>> parts;
@@ -108,9 +115,8 @@ TEMPLATE_TEST_CASE("OnlineSoftmaxState::merge: folding key-split states in keeps
     using T = TestType;
     using W = Wide<T>;
     DIFFATTN_TEST_RNG(rng);
-    const Index rows = 9, keys = 40, value_dim = 5;
-    SplitCase<T> c{random_matrix<T>(rng, rows, keys, -6.0, 6.0), random_matrix<T>(rng, keys, value_dim), {}};
-    c.key_end = {0, 3, 7, 8, 19, 25, 33, 40, 40};  // row 0 sees nothing; rows 1-2 only the first run
+    const Index rows = 9, value_dim = 5;
+    SplitCase<T> c = nine_rows<T>(rng);
     const std::vector<Index> run_ends = {8, 20, 21, 40};
     // Merge the runs in a scrambled order into a state that starts empty (as the ring's totals do).
     OnlineSoftmaxState<T> merged;
