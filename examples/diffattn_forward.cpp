@@ -20,6 +20,10 @@
 //                                              only the prompt's ids: "tokens: <id> <id> ..."
 //   --temperature 0.8 --top-k 40 --top-p 0.95 --seed 7
 //                                              sample instead of greedy (model/sampler.hpp)
+//   mpirun -np R diffattn-forward --model DIR --tokens "..."
+//                                              one forward with the sequence split over R processes
+//                                              (builds with MPI: docs/distributed.md); rank 0 prints
+//                                              and writes --logits, with a line "ranks: R ..."
 //
 // The embedded demo model is a DINT Transformer (the family's flagship) with seeded weights
 // (init_parameters_uniform, seed 1234), the same on every platform:
@@ -42,6 +46,10 @@
 #if defined(DIFFATTN_WITH_TOKENIZER)
 #include "diffattn/text/streaming_decoder.hpp"
 #include "diffattn/text/tokenizer.hpp"
+#endif
+
+#if defined(DIFFATTN_FORWARD_MPI)
+#include "diffattn/distributed/ring_model.hpp"
 #endif
 
 #include "cli_support.hpp"
@@ -265,8 +273,45 @@ private:
 #endif
 };
 
+/// The processes of a run started by mpirun (MPI builds only); one otherwise.
+struct Ranks {
+    int rank = 0;
+    int size = 1;
+    bool distributed = false;  ///< started by mpirun: the forward runs across the ranks (even one)
+};
+
+#if defined(DIFFATTN_FORWARD_MPI)
+/// MPI for the life of the program, but only when mpirun started it (its environment says so):
+/// run on its own, the program never touches MPI.
+class MpiSession {
+public:
+    MpiSession(int& argc, char**& argv) {
+        if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMI_SIZE") == nullptr &&
+            std::getenv("PMIX_RANK") == nullptr) {
+            return;
+        }
+        int provided = 0;
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+        ranks_.distributed = true;
+        MPI_Comm_rank(MPI_COMM_WORLD, &ranks_.rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &ranks_.size);
+        if (ranks_.rank != 0) std::cout.setstate(std::ios::badbit);  // rank 0 alone prints
+    }
+    ~MpiSession() {
+        if (ranks_.distributed) MPI_Finalize();
+    }
+    MpiSession(const MpiSession&) = delete;
+    MpiSession& operator=(const MpiSession&) = delete;
+    const Ranks& ranks() const { return ranks_; }
+
+private:
+    Ranks ranks_;
+};
+#endif
+
 template <typename T>
-int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const std::vector<Token>& prompt_ids) {
+int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const std::vector<Token>& prompt_ids,
+        const Ranks& ranks) {
     // 1. The model.
     std::vector<std::string> warnings;
     const DecoderModel<T> model = options.model_dir ? DecoderModel<T>::load(*options.model_dir, &warnings)
@@ -300,6 +345,9 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
     threads = 1;
 #endif
     ForwardState<T> state = model.make_state(n, threads);
+    if (ranks.distributed && options.generate > 0) {
+        throw UsageError{"--generate does not run across ranks (mpirun): only one forward does"};
+    }
     if (options.generate > 0) {
         try {
             check_generate(model, n, options.generate, options.use_cache);
@@ -322,11 +370,32 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
     for (Token t : tokens) std::cout << " " << t;
     std::cout << "\n";
 
-    // 4. The forward pass: a warm-up call, then a timed one (same state, same result).
-    model.forward(tokens, state);
+    // 4. The forward pass: a warm-up call, then a timed one (same state, same result). Across
+    //    ranks each runs its slice and rank 0 gathers the logits into its state.
+    std::vector<Index> split;  // across ranks: the first row of each rank's slice, then n
+    const auto forward = [&] {
+#if defined(DIFFATTN_FORWARD_MPI)
+        if (ranks.distributed) {
+            const distributed::SequenceSlices slices = distributed::model_slices(model, n, ranks.size);
+            RowMatrix<T> gathered(ranks.rank == 0 ? n : 0, config.vocab_size);
+            distributed::distributed_forward<T>(model, tokens, slices, state, gathered, MPI_COMM_WORLD);
+            if (ranks.rank == 0) state.logits.topRows(n) = gathered;
+            split = slices.begin;
+            return;
+        }
+#endif
+        model.forward(tokens, state);
+    };
+    forward();
     const auto start = std::chrono::steady_clock::now();
-    const ConstMatrixRef<T> logits = model.forward(tokens, state);  // [tokens x vocab], in state.logits
+    forward();
+    const ConstMatrixRef<T> logits = state.logits.topRows(n);  // [tokens x vocab]
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (ranks.distributed) {
+        std::cout << "ranks: " << ranks.size << " (sequence split by rank:";
+        for (std::size_t r = 0; r + 1 < split.size(); ++r) std::cout << " [" << split[r] << ", " << split[r + 1] << ")";
+        std::cout << ")\n";
+    }
     std::cout << std::fixed << std::setprecision(3) << "forward: " << seconds * 1e3 << " ms, " << std::setprecision(1)
               << static_cast<double>(n) / std::max(seconds, 1e-12) << " tokens/s\n";
 
@@ -397,6 +466,12 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
 }  // namespace
 
 int main(int argc, char** argv) {
+#if defined(DIFFATTN_FORWARD_MPI)
+    const MpiSession mpi(argc, argv);
+    const Ranks ranks = mpi.ranks();
+#else
+    const Ranks ranks;
+#endif
     return cli::run_main("diffattn-forward", [&] {
         const Options options = parse_arguments(argc, argv);
         // The prompt is tokenized before the weights are read: --tokenize needs only tokenizer.json.
@@ -412,7 +487,7 @@ int main(int argc, char** argv) {
                 return 0;
             }
         }
-        return options.use_double ? run<double>(options, tokenizer, prompt_ids)
-                                  : run<float>(options, tokenizer, prompt_ids);
+        return options.use_double ? run<double>(options, tokenizer, prompt_ids, ranks)
+                                  : run<float>(options, tokenizer, prompt_ids, ranks);
     });
 }

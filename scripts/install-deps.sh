@@ -22,6 +22,8 @@ PACKAGES=(
   libomp-dev          # OpenMP for clang (g++ brings libgomp itself)
   clang-14            # scripts/test-sanitizers.sh (asan, tsan presets), scripts/fuzz.sh (fuzz preset)
   libclang-rt-14-dev  # clang 14's sanitizer runtimes and libFuzzer
+  libopenmpi-dev      # include/diffattn/distributed/ (MPI); optional for the library, used by its tests
+  openmpi-bin         # mpirun: the distributed tests, benchmark and mpirun diffattn-forward
 )
 
 # The benchmark tooling's (scripts/bench.sh, tools/bench_*.py, docs/benchmarks.md): not needed to

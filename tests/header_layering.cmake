@@ -1,6 +1,6 @@
 # The layering of include/diffattn, checked by ctest (test header_layering):
 #
-#   core  <-  kernels, io  <-  layers  <-  model  <-  analysis
+#   core  <-  kernels, io  <-  layers  <-  model  <-  analysis, distributed
 #   core  <-  io  <-  text (the tokenizer)
 #
 # A header in one of these folders may include library headers from the folders listed for it
@@ -23,6 +23,7 @@ set(allowed_layers core kernels io layers)
 set(allowed_model core kernels io layers model)
 set(allowed_analysis core kernels io layers model analysis)  # optional, on top of the model
 set(allowed_text core io text)                               # the tokenizer: JSON files, no model
+set(allowed_distributed core kernels io layers model distributed)  # optional (MPI), on top of the model
 
 file(GLOB_RECURSE headers RELATIVE "${INCLUDE_DIR}/diffattn" "${INCLUDE_DIR}/diffattn/*.hpp")
 list(SORT headers)

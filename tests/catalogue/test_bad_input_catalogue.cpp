@@ -7,6 +7,7 @@
 #include "../model/model_files.hpp"
 
 #include "diffattn/analysis/attention_analysis.hpp"
+#include "diffattn/distributed/sequence_slices.hpp"  // no MPI in this header
 #include "diffattn/kernels/diff_attention.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
@@ -821,4 +822,28 @@ TEST_CASE("attention analysis rows or spans outside the sequence", "[catalogue][
                 "rows[0].noise[1] is 4 after 5; the noise positions must be strictly increasing");
     CHECK_ERROR(ShapeError, analyzer.run(model, std::vector<Token>(13, 5), {row(1)}, result),
                 "13 tokens but the analyzer holds at most 12");
+}
+
+TEST_CASE("ranks that disagree", "[catalogue][distributed]") {
+    // The cross-rank cases run under mpirun in tests/distributed/; these two need no MPI.
+    CHECK_ERROR(ShapeError, distributed::balanced_slices(3, 4, true), "balanced_slices",
+                "a sequence of 3 tokens cannot be split over 4 ranks (need at least one token per rank)");
+    struct NoKernels final : AttentionKernels<float> {  // never called: the module refuses first
+        Index first_position() const override { return 0; }
+        void softmax(const ConstMatrixRef<float>&, const ConstMatrixRef<float>&, const ConstMatrixRef<float>&,
+                     MatrixRef<float>, const AttentionOptions&, AttentionWorkspace<float>&) const override {}
+        void diff(const ConstMatrixRef<float>&, const ConstMatrixRef<float>&, const ConstMatrixRef<float>&,
+                  const ConstMatrixRef<float>&, const ConstMatrixRef<float>&, float, MatrixRef<float>,
+                  const AttentionOptions&, AttentionWorkspace<float>&) const override {}
+        void dint(const ConstMatrixRef<float>&, const ConstMatrixRef<float>&, const ConstMatrixRef<float>&,
+                  const ConstMatrixRef<float>&, const ConstMatrixRef<float>&, float, DintIntegral, MatrixRef<float>,
+                  const AttentionOptions&, AttentionWorkspace<float>&) const override {}
+    } kernels;
+    const DecoderModel<float> model = DecoderModel<float>::seeded(test::tiny_config(AttentionKind::diff, 32), 3);
+    ForwardState<float> state = model.make_state(4);
+    KvCache<float> cache = model.make_cache(8);
+    state.layer.attention.kernels = &kernels;
+    CHECK_ERROR(OptionError, model.forward({1, 2, 3}, state, &cache), "MultiHeadAttention::forward",
+                "a KV cache cannot be combined with the scratch's replacement kernels");
+    CHECK(cache.length() == 0);
 }

@@ -1,7 +1,8 @@
 // add_merged_row (kernels/online_softmax.hpp): online-softmax states of the same query rows over
 // disjoint runs of keys, merged, give the softmax output over all the keys (the key split DINT's
 // causal_softmax integral uses on several threads). Checked against the softmax written out in
-// Wide<T>, with rows that see no key of some runs, rows that see no key at all, and a NaN.
+// Wide<T>, with rows that see no key of some runs, rows that see no key at all, and a NaN; the same
+// for OnlineSoftmaxState::merge, which folds such states into one (the distributed kernels).
 #include "test_support.hpp"
 
 #include "diffattn/kernels/online_softmax.hpp"
@@ -54,6 +55,15 @@ RowMatrix<Wide<T>> expected_rows(const SplitCase<T>& c, T scale, Wide<T> unseen)
     return out;
 }
 
+/// The case both tests split: 9 rows, 40 keys, values of width 5. Row 0 sees nothing; rows 1-2
+/// see only the first run of keys; the others end inside or after later runs.
+template <typename T>
+SplitCase<T> nine_rows(std::mt19937& rng) {
+    SplitCase<T> c{random_matrix<T>(rng, 9, 40, -6.0, 6.0), random_matrix<T>(rng, 40, 5), {}};
+    c.key_end = {0, 3, 7, 8, 19, 25, 33, 40, 40};
+    return c;
+}
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("add_merged_row: states over disjoint runs of keys merge into the softmax over all of them",
@@ -62,9 +72,7 @@ TEMPLATE_TEST_CASE("add_merged_row: states over disjoint runs of keys merge into
     using W = Wide<T>;
     DIFFATTN_TEST_RNG(rng);
     const Index rows = 9, keys = 40, value_dim = 5;
-    SplitCase<T> c{random_matrix<T>(rng, rows, keys, -6.0, 6.0), random_matrix<T>(rng, keys, value_dim), {}};
-    // Row 0 sees nothing; rows 1-2 see only the first run; the others end inside or after later runs.
-    c.key_end = {0, 3, 7, 8, 19, 25, 33, 40, 40};
+    SplitCase<T> c = nine_rows<T>(rng);
     const T scale = T(0.75), unseen = T(7);
     const std::vector<Index> run_ends = {8, 20, 21, 40};  // runs [0, 8), [8, 20), [20, 21), [21, 40)
     std::vector<OnlineSoftmaxState<T>> parts;
@@ -99,5 +107,45 @@ TEMPLATE_TEST_CASE("add_merged_row: states over disjoint runs of keys merge into
     CHECK(with_nan.row(5).array().isNaN().all());
     for (Index r = 0; r < rows; ++r) {
         if (r != 5) CHECK_FALSE(with_nan.row(r).array().isNaN().any());
+    }
+}
+
+TEMPLATE_TEST_CASE("OnlineSoftmaxState::merge: folding key-split states in keeps the softmax over all keys",
+                   "[kernels][online_softmax]", float, double) {
+    using T = TestType;
+    using W = Wide<T>;
+    DIFFATTN_TEST_RNG(rng);
+    const Index rows = 9, value_dim = 5;
+    SplitCase<T> c = nine_rows<T>(rng);
+    const std::vector<Index> run_ends = {8, 20, 21, 40};
+    // Merge the runs in a scrambled order into a state that starts empty (as the ring's totals do).
+    OnlineSoftmaxState<T> merged;
+    merged.reserve(rows, value_dim);
+    merged.reset(rows, value_dim);
+    for (const std::size_t i : {2u, 0u, 3u, 1u}) {
+        merged.merge(state_over(c, i == 0 ? 0 : run_ends[i - 1], run_ends[i]));
+    }
+    const RowMatrix<W> expected = expected_rows(c, T(1), W(0));
+    const long double tolerance = 64 * std::numeric_limits<T>::epsilon();
+    for (Index r = 0; r < rows; ++r) {
+        INFO("row " << r << " sees " << c.key_end[static_cast<std::size_t>(r)] << " keys");
+        const RowMatrix<T> row = merged.normalized_row(r);
+        CHECK(static_cast<long double>((row.template cast<W>() - expected.row(r)).cwiseAbs().maxCoeff()) <= tolerance);
+    }
+    CHECK(merged.row_sum(0) == T(0));  // a row that saw no key normalises to zeros
+
+    // A NaN logit in one run reaches its whole row and no other.
+    c.logits(5, 10) = std::numeric_limits<T>::quiet_NaN();
+    OnlineSoftmaxState<T> with_nan;
+    with_nan.reserve(rows, value_dim);
+    with_nan.reset(rows, value_dim);
+    for (std::size_t i = 0; i < run_ends.size(); ++i) with_nan.merge(state_over(c, i == 0 ? 0 : run_ends[i - 1], run_ends[i]));
+    for (Index r = 0; r < rows; ++r) {
+        const RowMatrix<T> row = with_nan.normalized_row(r);
+        if (r == 5) {
+            CHECK(row.array().isNaN().all());
+        } else {
+            CHECK_FALSE(row.array().isNaN().any());
+        }
     }
 }

@@ -125,20 +125,33 @@ public:
     }
 
     /// Becomes the state of the same rows over the union of the keys that `parts` saw (disjoint
-    /// runs of keys, each folded into its own state): {m, l} by merged_row, and
-    /// acc = sum_s acc_s exp(m_s - m). The parts have this state's reserved sizes or less.
+    /// runs of keys, each folded into its own state, e.g. a decode call's key split): the parts
+    /// merged one by one. The parts have this state's reserved sizes or less.
     void merge(const OnlineSoftmaxState* parts, Index count) {
         assert(count > 0);
         reset(parts[0].rows(), parts[0].value_dim_);
+        for (Index s = 0; s < count; ++s) merge(parts[s]);
+    }
+
+    /// Folds in `part`, the state of the same rows over other keys (a key split), keeping the
+    /// result un-normalised: the merge of add_merged_row, m = max, l and acc rescaled by exp(m_s - m).
+    /// A row `part` saw no key of (l = 0) is unchanged; a NaN in either reaches the row.
+    void merge(const OnlineSoftmaxState& part) {
+        assert(part.rows_ == rows_ && part.value_dim_ == value_dim_);
         for (Index r = 0; r < rows_; ++r) {
-            const MergedRow<T> merged = merged_row(parts, count, r);
-            row_max_[r] = merged.max;
-            row_sum_[r] = merged.sum;
-            for (Index s = 0; s < count; ++s) {
-                if (parts[s].row_sum(r) != T(0)) {
-                    accumulator().row(r) += std::exp(parts[s].row_max(r) - merged.max) * parts[s].accumulator_row(r);
-                }
+            const T part_sum = part.row_sum_[r], part_max = part.row_max_[r];
+            if (part_sum == T(0)) continue;
+            if (row_sum_[r] == T(0)) {
+                row_max_[r] = part_max;
+                row_sum_[r] = part_sum;
+                accumulator().row(r) = part.accumulator().row(r);
+                continue;
             }
+            const T merged = part_max > row_max_[r] || std::isnan(part_max) ? part_max : row_max_[r];
+            const T mine = std::exp(row_max_[r] - merged), theirs = std::exp(part_max - merged);
+            row_sum_[r] = row_sum_[r] * mine + part_sum * theirs;
+            accumulator().row(r) = accumulator().row(r) * mine + part.accumulator().row(r) * theirs;
+            row_max_[r] = merged;
         }
     }
 

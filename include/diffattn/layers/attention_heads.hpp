@@ -17,6 +17,7 @@
 #include "diffattn/kernels/options.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
 #include "diffattn/layers/attention_config.hpp"
+#include "diffattn/layers/attention_kernels.hpp"
 
 namespace diffattn {
 
@@ -34,6 +35,7 @@ struct HeadContext {
     T lambda;                       ///< DIFF family: the layer's lambda (docs/math.md §2.5)
     AttentionOptions options;       ///< mask (causal / none), default scale 1/sqrt(d)
     DintHistory<T>* dint_histories; ///< dint with a KV cache: [H] per-head histories; nullptr without
+    const AttentionKernels<T>* kernels;  ///< replaces the single-process kernels; nullptr: use them
 
     Index d() const { return config.head_dim(); }
     Index dv() const { return config.value_dim(); }
@@ -56,11 +58,21 @@ struct HeadContext {
     }
 };
 
+/// Kernel 2.1 on map m of head h into `out` on `threads` threads, through the call's kernels if it has them.
+template <typename T, typename Out>
+void run_softmax(const HeadContext<T>& c, Index m, Out&& out, Index h, AttentionWorkspace<T>& ws, int threads) {
+    if (c.kernels != nullptr) {
+        c.kernels->softmax(c.query(h, m), c.key(h, m), c.value(h, m), out, c.options_on(threads), ws);
+    } else {
+        softmax_attention(c.query(h, m), c.key(h, m), c.value(h, m), out, c.options_on(threads), &ws);
+    }
+}
+
 /// softmax (docs/math.md §3.2): O_h = softmax(s Q_h K_g^T + M) V_g, g = h / rep.
 struct SoftmaxHeads {
     template <typename T>
     static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
-        softmax_attention(c.query(h, 0), c.key(h, 0), c.value(h, 0), c.output(h), c.options_on(threads), &ws);
+        run_softmax(c, 0, c.output(h), h, ws, threads);
     }
 };
 
@@ -68,6 +80,11 @@ struct SoftmaxHeads {
 struct DiffHeads {
     template <typename T>
     static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
+        if (c.kernels != nullptr) {
+            c.kernels->diff(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1), c.value(h, 0), c.lambda,
+                            c.output(h), c.options_on(threads), ws);
+            return;
+        }
         diff_attention(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1), c.value(h, 0), c.lambda,
                        c.output(h), c.options_on(threads), &ws);
     }
@@ -77,6 +94,11 @@ struct DiffHeads {
 struct DintHeads {
     template <typename T>
     static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
+        if (c.kernels != nullptr) {
+            c.kernels->dint(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1), c.value(h, 0), c.lambda,
+                            c.config.dint_integral, c.output(h), c.options_on(threads), ws);
+            return;
+        }
         dint_attention(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1), c.value(h, 0), c.lambda,
                        c.config.dint_integral, c.output(h), c.options_on(threads), c.dint_history(h), &ws);
     }
@@ -89,8 +111,8 @@ struct DiffV2Heads {
     static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
         auto out = c.output(h);           // [N x d]  O[2h], then the head's output
         auto second = c.second_output(h); // [N x d]  O[2h+1]
-        softmax_attention(c.query(h, 0), c.key(h, 0), c.value(h, 0), out, c.options_on(threads), &ws);
-        softmax_attention(c.query(h, 1), c.key(h, 1), c.value(h, 1), second, c.options_on(threads), &ws);
+        run_softmax(c, 0, out, h, ws, threads);
+        run_softmax(c, 1, second, h, ws, threads);
         out.noalias() -= c.lambda_gate.col(h).asDiagonal() * second;
     }
 };

@@ -9,6 +9,7 @@
 #include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/layers/head_parallel.hpp"
 #include "diffattn/layers/attention_config.hpp"
+#include "diffattn/layers/attention_kernels.hpp"
 #include "diffattn/layers/rotary.hpp"
 
 #include <vector>
@@ -27,6 +28,9 @@ struct AttentionScratch {
     RowMatrix<T> shared_xa;      ///< shared_diff: [max_len x 4H r]  X q_a | X k_a; else empty
     RotaryTable<T> rotary;       ///< cos / sin for positions [0, max_len), maps of width d
     std::vector<AttentionWorkspace<T>> workspaces;  ///< kernel scratch, one per thread
+    /// Not owned. Set: the calls hold a slice of a longer sequence and run their heads through
+    /// these kernels (attention_kernels.hpp); null (the default): the single-process kernels.
+    const AttentionKernels<T>* kernels = nullptr;
 
     AttentionScratch() = default;
 

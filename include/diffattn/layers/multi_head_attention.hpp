@@ -172,13 +172,16 @@ public:
         const Index n = x.rows();
         check_call(x, out, scratch);
         if (cache != nullptr) check_cache(*cache, n);
+        require<OptionError>(cache == nullptr || scratch.kernels == nullptr, "MultiHeadAttention::forward: a KV cache "
+                             "cannot be combined with the scratch's replacement kernels (a slice of a sequence)");
         if (n == 0) return;
         // The kernels read S = length + N keys (DINT's column sums): room for the whole cache, once.
         if (cache != nullptr) scratch.reserve_keys(cache->capacity());
         // Without a cache, this call's keys and values live in the scratch: an empty cache with no history.
         KvCacheView<T> scratch_view{MatrixRef<T>(scratch.k), MatrixRef<T>(scratch.v), 0, nullptr, &scratch.rotary};
         KvCacheView<T>& kv = cache != nullptr ? *cache : scratch_view;
-        const Index first_position = kv.length;  // positions count from the first token, cache included
+        // Positions count from the first token, cache included, or from the slice's first row.
+        const Index first_position = scratch.kernels != nullptr ? scratch.kernels->first_position() : kv.length;
         const Index seq_len_kv = kv.length + n;  // S
         auto q = scratch.q.topRows(n);                      // [N x q_width]
         auto k = kv.keys.middleRows(kv.length, n);          // [N x k_width] this call's keys, in the cache
@@ -218,7 +221,8 @@ public:
                                         : ConstMatrixRef<T>(heads),
                                     static_cast<T>(lambda()),
                                     options,
-                                    kv.dint_histories};
+                                    kv.dint_histories,
+                                    scratch.kernels};
 
         // 5. The heads: kernel, then subln and the output factor. The one switch from the runtime
         //    kind to its compile-time policy.
@@ -285,7 +289,10 @@ private:
         // About 2 N S (query width + output width) flops: Q K^T and P V of every head.
         const double flops = 2.0 * static_cast<double>(call.q.rows()) * static_cast<double>(call.k.rows()) *
                              static_cast<double>(call.q.cols() + call.heads.cols());
-        detail::for_each_head(config_.n_heads, call.q.rows(), flops, context, scratch.workspaces,
+        // Replacement kernels may communicate: their calls come in the same order on every rank.
+        ExecutionContext heads_context = context;
+        if (call.kernels != nullptr) heads_context.threads = 1;
+        detail::for_each_head(config_.n_heads, call.q.rows(), flops, heads_context, scratch.workspaces,
                               [&](Index h, AttentionWorkspace<T>& workspace, int kernel_threads) {
                                   Policy::run(call, h, workspace, kernel_threads);
                                   if (subln) {
