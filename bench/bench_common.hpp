@@ -12,6 +12,7 @@
 //   sees the command line; benchmarks are registered at run time from them.
 #pragma once
 
+#include <diffattn/core/parallel.hpp>
 #include <diffattn/core/types.hpp>
 
 #include <benchmark/benchmark.h>
@@ -27,6 +28,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -246,6 +248,46 @@ inline int run_main(int argc, char** argv, const BenchArgs& args) {
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;
+}
+
+constexpr std::size_t kStreamBytes = std::size_t{512} << 20;
+
+// The bandwidth yardstick of the decode benchmarks (bench_decode, bench/peers/ggml): a vectorised
+// sum over a 512 MB buffer, split in equal parts over the threads.
+
+/// The yardstick's buffer: 512 MB of floats, written once (so its pages exist).
+const std::vector<float>& stream_buffer() {
+    static const std::vector<float> buffer(kStreamBytes / sizeof(float), 1.0f);
+    return buffer;
+}
+
+/// One streaming read of the whole buffer on `threads` threads (equal parts): its sum.
+double stream_sum(int threads) {
+    const std::vector<float>& buffer = stream_buffer();
+    const diffattn::Index parts = threads, size = static_cast<Index>(buffer.size()), part = (size + parts - 1) / parts;
+    std::vector<double> sums(static_cast<std::size_t>(parts), 0.0);
+    diffattn::detail::parallel_for(parts, threads, diffattn::detail::Schedule::equal_tasks, [&](diffattn::Index p, int) {
+        const diffattn::Index begin = p * part, count = std::min(part, size - begin);
+        sums[static_cast<std::size_t>(p)] = Eigen::Map<const Eigen::VectorXf>(buffer.data() + begin, count).sum();
+    });
+    double total = 0;
+    for (double x : sums) total += x;
+    return total;
+}
+
+/// Read bandwidth in bytes/s on `threads` threads: the best of 3 streaming reads, measured once.
+double stream_bandwidth(int threads) {
+    static std::map<int, double> measured;
+    auto found = measured.find(threads);
+    if (found != measured.end()) return found->second;
+    stream_sum(threads);  // pages and thread team warm
+    double best = 0;
+    for (int pass = 0; pass < 3; ++pass) {
+        const auto start = Clock::now();
+        benchmark::DoNotOptimize(stream_sum(threads));
+        best = std::max(best, static_cast<double>(kStreamBytes) / seconds_since(start));
+    }
+    return measured[threads] = best;
 }
 
 }  // namespace bench

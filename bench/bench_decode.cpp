@@ -88,50 +88,13 @@ std::vector<Token> bench_tokens(Index n, Index vocab) {
     return tokens;
 }
 
-constexpr std::size_t kStreamBytes = std::size_t{512} << 20;
-
-/// The yardstick's buffer: 512 MB of floats, written once (so its pages exist).
-const std::vector<float>& stream_buffer() {
-    static const std::vector<float> buffer(kStreamBytes / sizeof(float), 1.0f);
-    return buffer;
-}
-
-/// One streaming read of the whole buffer on `threads` threads (equal parts): its sum.
-double stream_sum(int threads) {
-    const std::vector<float>& buffer = stream_buffer();
-    const Index parts = threads, size = static_cast<Index>(buffer.size()), part = (size + parts - 1) / parts;
-    std::vector<double> sums(static_cast<std::size_t>(parts), 0.0);
-    detail::parallel_for(parts, threads, detail::Schedule::equal_tasks, [&](Index p, int) {
-        const Index begin = p * part, count = std::min(part, size - begin);
-        sums[static_cast<std::size_t>(p)] = Eigen::Map<const Eigen::VectorXf>(buffer.data() + begin, count).sum();
-    });
-    double total = 0;
-    for (double x : sums) total += x;
-    return total;
-}
-
-/// Read bandwidth in bytes/s on `threads` threads: the best of 3 streaming reads, measured once.
-double stream_bandwidth(int threads) {
-    static std::map<int, double> measured;
-    auto found = measured.find(threads);
-    if (found != measured.end()) return found->second;
-    stream_sum(threads);  // pages and thread team warm
-    double best = 0;
-    for (int pass = 0; pass < 3; ++pass) {
-        const auto start = bench::Clock::now();
-        benchmark::DoNotOptimize(stream_sum(threads));
-        best = std::max(best, static_cast<double>(kStreamBytes) / bench::seconds_since(start));
-    }
-    return measured[threads] = best;
-}
-
 void BM_stream_read(benchmark::State& state, int threads) {
-    stream_sum(threads);
+    bench::stream_sum(threads);
     const auto start = bench::Clock::now();
-    for (auto _ : state) benchmark::DoNotOptimize(stream_sum(threads));
+    for (auto _ : state) benchmark::DoNotOptimize(bench::stream_sum(threads));
     const double seconds = bench::seconds_since(start);
-    state.counters["bytes_per_second"] = static_cast<double>(kStreamBytes) * state.iterations() / seconds;
-    state.counters["best_of_3_bytes_per_second"] = stream_bandwidth(threads);
+    state.counters["bytes_per_second"] = static_cast<double>(bench::kStreamBytes) * state.iterations() / seconds;
+    state.counters["best_of_3_bytes_per_second"] = bench::stream_bandwidth(threads);
 }
 
 /// Bytes one decode step at `context` cached tokens must read at least: the weights (the token
@@ -162,7 +125,7 @@ void set_counters(benchmark::State& state, int kind, const ModelConfig& config, 
 void set_roofline_counters(benchmark::State& state, const DecoderModel<float>& model, Index context, int threads,
                            double seconds) {
     const double bytes = step_bytes(model, context);
-    const double roofline = stream_bandwidth(threads) / bytes;
+    const double roofline = bench::stream_bandwidth(threads) / bytes;
     state.counters["step_bytes"] = bytes;
     state.counters["roofline_tokens/s"] = roofline;
     state.counters["roofline_share"] = static_cast<double>(state.iterations()) / seconds / roofline;

@@ -7,13 +7,16 @@
 // Shape (issue 20): one query row, S keys (default 8192), head dim 128, 16 heads (no GQA), no
 // mask (every key visible, as in a decode step), K and V in f32 or f16.
 //
-//   stream_read/threads:T                the yardstick: a sum over a 512 MB buffer, T threads
+//   stream_read/threads:T                the yardstick: bench_common.hpp's vectorised sum over a
+//                                        512 MB buffer, T threads (as bench_decode's)
 //   ggml_decode/kv:<f32|f16>/threads:T   ggml_flash_attn_ext, graph planned once, a persistent
 //                                        ggml threadpool of T threads
 //   diffattn_decode/kv:<f32|f16>/threads:T  diffattn's softmax_attention per head (kv f16:
 //                                        DIFFATTN_PEER_HALF_KV, the half-precision cache path)
 // Counters: bytes (what one call reads: K and V, or the buffer), GB/s = bytes / mean time per
 // call, and share = that rate over the stream_read rate of the same thread count in this run.
+#include "../../bench_common.hpp"
+
 #include "diffattn/kernels/softmax_attention.hpp"
 
 #include <benchmark/benchmark.h>
@@ -71,15 +74,10 @@ double run_timed(benchmark::State& state, double bytes, int threads, Call&& call
 }
 
 void stream_read(benchmark::State& state, int threads) {
-    const std::size_t n = (std::size_t(512) << 20) / sizeof(double);
-    std::vector<double> buffer(n, 1.0);
+    bench::stream_sum(threads);  // pages and thread team warm
     double sink = 0;
-    g_stream_rate[threads] = run_timed(state, static_cast<double>(n * sizeof(double)), threads, [&] {
-        double total = 0;
-#pragma omp parallel for num_threads(threads) reduction(+ : total) schedule(static)
-        for (std::size_t i = 0; i < n; ++i) total += buffer[i];
-        sink += total;
-    });
+    g_stream_rate[threads] = run_timed(state, static_cast<double>(bench::kStreamBytes), threads,
+                                       [&] { sink += bench::stream_sum(threads); });
     benchmark::DoNotOptimize(sink);
     state.counters.erase("share");  // the yardstick itself (an earlier run of it set the rate)
 }
