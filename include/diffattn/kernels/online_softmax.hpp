@@ -19,13 +19,6 @@
 namespace diffattn {
 
 template <typename T>
-class OnlineSoftmaxState;
-template <typename T>
-struct MergedRow;
-template <typename T>
-MergedRow<T> merged_row(const OnlineSoftmaxState<T>* parts, Index count, Index r);
-
-template <typename T>
 class OnlineSoftmaxState {
 public:
     using TileRef = Eigen::Block<RowMatrix<T>>;
@@ -194,43 +187,30 @@ private:
     Index value_dim_ = 0;
 };
 
-/// Final {m, l} of row r over the union of the keys that `parts` saw (the states of the same
-/// query rows over disjoint runs of keys, a key split as in FlashDecoding):
-/// m = max_s m_s, l = sum_s l_s exp(m_s - m) over the parts whose row saw a key (l_s > 0).
-/// l = 0 when no part saw one. A NaN maximum in a part wins, so it reaches the whole row.
-template <typename T>
-struct MergedRow {
-    T max = -std::numeric_limits<T>::infinity();
-    T sum = T(0);
-};
-template <typename T>
-MergedRow<T> merged_row(const OnlineSoftmaxState<T>* parts, Index count, Index r) {
-    MergedRow<T> merged;
-    bool seen = false;
-    for (Index s = 0; s < count; ++s) {
-        if (parts[s].row_sum(r) == T(0)) continue;
-        const T m = parts[s].row_max(r);
-        merged.max = seen && !(m > merged.max) && !std::isnan(m) ? merged.max : m;  // NaN wins
-        seen = true;
-    }
-    for (Index s = 0; s < count && seen; ++s) {
-        if (parts[s].row_sum(r) != T(0)) merged.sum += parts[s].row_sum(r) * std::exp(parts[s].row_max(r) - merged.max);
-    }
-    return merged;
-}
-
-/// out_row += scale * row r of the softmax output over the union of the keys that `parts` saw,
-/// merged in their order (merged_row): acc = sum_s acc_s exp(m_s - m), divided by l.
+/// out_row += scale * row r of the softmax output over the union of the keys that `parts` saw: the
+/// states of the same query rows over disjoint runs of keys (a key split, as in FlashDecoding),
+/// merged in their order: m = max_s m_s, l = sum_s l_s exp(m_s - m), acc = sum_s acc_s exp(m_s - m).
 /// A part whose row saw no key (l = 0) adds nothing; if no part saw one, out_row is unchanged (the
 /// all-zero row of docs/math.md §1). A NaN in a part reaches the whole row, as in one state.
 template <typename T, typename OutRow>
 void add_merged_row(const OnlineSoftmaxState<T>* parts, Index count, Index r, T scale, OutRow&& out_row) {
-    const MergedRow<T> merged = merged_row(parts, count, r);
-    if (merged.sum == T(0)) return;
-    const T weight = scale / merged.sum;
+    T merged_max = -std::numeric_limits<T>::infinity();
+    bool seen = false;
+    for (Index s = 0; s < count; ++s) {
+        if (parts[s].row_sum(r) == T(0)) continue;
+        const T m = parts[s].row_max(r);
+        merged_max = seen && !(m > merged_max) && !std::isnan(m) ? merged_max : m;  // NaN wins
+        seen = true;
+    }
+    if (!seen) return;
+    T merged_sum = T(0);
+    for (Index s = 0; s < count; ++s) {
+        if (parts[s].row_sum(r) != T(0)) merged_sum += parts[s].row_sum(r) * std::exp(parts[s].row_max(r) - merged_max);
+    }
+    const T weight = scale / merged_sum;
     for (Index s = 0; s < count; ++s) {
         if (parts[s].row_sum(r) != T(0)) {
-            out_row += (weight * std::exp(parts[s].row_max(r) - merged.max)) * parts[s].accumulator_row(r);
+            out_row += (weight * std::exp(parts[s].row_max(r) - merged_max)) * parts[s].accumulator_row(r);
         }
     }
 }
