@@ -295,11 +295,6 @@ struct SetScore {
         predicted.push_back(id);
         margin.push_back(row_margin);
     }
-    void merge(const SetScore& other) {
-        correct += other.correct;
-        predicted.insert(predicted.end(), other.predicted.begin(), other.predicted.end());
-        margin.insert(margin.end(), other.margin.begin(), other.margin.end());
-    }
     Index total() const { return static_cast<Index>(predicted.size()); }
     double accuracy() const { return static_cast<double>(correct) / static_cast<double>(total()); }
     nlohmann::json json() const {
@@ -426,10 +421,13 @@ int run(const Options& o) {
     for (const Sequence& s : sequences) {
         if (std::find(set_order.begin(), set_order.end(), s.set) == set_order.end()) set_order.push_back(s.set);
     }
-    SetScore total;
-    for (const auto& [name, score] : scores) total.merge(score);
-    if (total.total() > 0) {
-        std::cout << "accuracy: " << total.correct << " / " << total.total() << "\n";
+    Index correct = 0, questions = 0;  // over every set
+    for (const auto& [name, score] : scores) {
+        correct += score.correct;
+        questions += score.total();
+    }
+    if (questions > 0) {
+        std::cout << "accuracy: " << correct << " / " << questions << "\n";
         if (scores.size() > 1) {
             std::cout << "accuracy per set (argmax at the scored rows):\n";
             for (const std::string& name : set_order) {
@@ -459,8 +457,8 @@ int run(const Options& o) {
                               {"summary", all.rows() > 0 ? means_json(all) : nlohmann::json()},
                               {"sets", sets},
                               {"sequences", sequences_json}};
-        if (total.total() > 0) {
-            doc["accuracy"] = {{"correct", total.correct}, {"total", total.total()}, {"sets", accuracy_sets}};
+        if (questions > 0) {
+            doc["accuracy"] = {{"correct", correct}, {"total", questions}, {"sets", accuracy_sets}};
         }
         write_json(*o.json_path, doc);
         std::cout << "wrote " << *o.json_path << "\n";

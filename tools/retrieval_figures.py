@@ -18,13 +18,11 @@ import json
 import os
 import sys
 
-import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import retrieval_model as M  # noqa: E402
-import retrieval_task as task  # noqa: E402
 import torch_reference as R  # noqa: E402
 import train_retrieval as TR  # noqa: E402
 

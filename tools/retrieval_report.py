@@ -99,10 +99,6 @@ def read_maps(folder, n_tokens, layers, heads):
     return maps, weights
 
 
-def fmt(x, digits=3):
-    return "n/a" if x is None else ("%.*f" % (digits, x))
-
-
 def accuracy_tables(acc, per_cell):
     cells = ["N%d_R%d" % c for c in E.CELLS]
     out = ["| kind | L | " + " | ".join(c.replace("_", " ") for c in cells) + " | mean |",
