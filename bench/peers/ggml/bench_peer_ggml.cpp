@@ -11,10 +11,11 @@
 //                                        512 MB buffer, T threads (as bench_decode's)
 //   ggml_decode/kv:<f32|f16>/threads:T   ggml_flash_attn_ext, graph planned once, a persistent
 //                                        ggml threadpool of T threads
-//   diffattn_decode/kv:<f32|f16>/threads:T  diffattn's softmax_attention per head (kv f16:
-//                                        DIFFATTN_PEER_HALF_KV, the half-precision cache path)
+//   diffattn_decode/kv:f32/threads:T     diffattn's softmax_attention per head, heads over the
+//                                        threads (diffattn has no half-precision cache yet)
 // Counters: bytes (what one call reads: K and V, or the buffer), GB/s = bytes / mean time per
-// call, and share = that rate over the stream_read rate of the same thread count in this run.
+// call, and share = that rate over bench::stream_bandwidth of the same thread count (the best of
+// 3 streaming reads, the roofline bench_decode uses).
 #include "../../bench_common.hpp"
 
 #include "diffattn/kernels/softmax_attention.hpp"
@@ -26,13 +27,10 @@
 
 #include <omp.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -42,44 +40,30 @@ constexpr int64_t kHeadDim = 128;
 constexpr int64_t kHeads = 16;
 int64_t g_keys = 8192;
 
-std::map<int, double> g_stream_rate;  // threads -> bytes/s of stream_read in this run
-
-std::vector<float> random_values(std::size_t n, unsigned seed) {
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(gen);
-    return v;
-}
-
-/// Times every iteration of `state` running `call`, then sets the counters: GB/s = bytes one call
-/// reads / the mean time per call; share = that rate over the stream_read rate of
-/// the same thread count in this run. Returns the rate in bytes/s.
+/// Times every iteration of `state` running `call` and sets the counters bytes and GB/s (bytes
+/// one call reads / the mean time per call). Returns the rate in bytes/s.
 template <typename Call>
-double run_timed(benchmark::State& state, double bytes, int threads, Call&& call) {
+double run_timed(benchmark::State& state, double bytes, Call&& call) {
     double seconds = 0;
-    std::int64_t calls = 0;
-    for (auto _ : state) {
-        const auto start = std::chrono::steady_clock::now();
-        call();
-        seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        ++calls;
-    }
-    const double rate = bytes * static_cast<double>(calls) / seconds;
+    for (auto _ : state) seconds += bench::time_call(call);
+    const double rate = bytes * static_cast<double>(state.iterations()) / seconds;
     state.counters["bytes"] = bytes;
     state.counters["GB/s"] = rate * 1e-9;
-    const auto it = g_stream_rate.find(threads);
-    if (it != g_stream_rate.end()) state.counters["share"] = rate / it->second;
     return rate;
+}
+
+/// run_timed for a kernel on `threads` threads, with its share of the streaming-read bandwidth.
+template <typename Call>
+void run_kernel(benchmark::State& state, double bytes, int threads, Call&& call) {
+    const double rate = run_timed(state, bytes, call);
+    state.counters["share"] = rate / bench::stream_bandwidth(threads);
 }
 
 void stream_read(benchmark::State& state, int threads) {
     bench::stream_sum(threads);  // pages and thread team warm
     double sink = 0;
-    g_stream_rate[threads] = run_timed(state, static_cast<double>(bench::kStreamBytes), threads,
-                                       [&] { sink += bench::stream_sum(threads); });
+    run_timed(state, static_cast<double>(bench::kStreamBytes), [&] { sink += bench::stream_sum(threads); });
     benchmark::DoNotOptimize(sink);
-    state.counters.erase("share");  // the yardstick itself (an earlier run of it set the rate)
 }
 
 void ggml_decode(benchmark::State& state, bool half, int threads) {
@@ -92,9 +76,10 @@ void ggml_decode(benchmark::State& state, bool half, int threads) {
     ggml_tensor* q = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, kHeadDim, 1, kHeads, 1);
     ggml_tensor* k = ggml_new_tensor_4d(ctx, kv_type, kHeadDim, g_keys, kHeads, 1);
     ggml_tensor* v = ggml_new_tensor_4d(ctx, kv_type, kHeadDim, g_keys, kHeads, 1);
-    const std::vector<float> qv = random_values(kHeadDim * kHeads, 1), kv = random_values(kv_elems, 2),
-                             vv = random_values(kv_elems, 3);
-    std::memcpy(q->data, qv.data(), qv.size() * sizeof(float));
+    const bench::Matrix qv = bench::random_matrix(1, kHeadDim * kHeads, 1),
+                        kv = bench::random_matrix(g_keys, kHeadDim * kHeads, 2),
+                        vv = bench::random_matrix(g_keys, kHeadDim * kHeads, 3);
+    std::memcpy(q->data, qv.data(), static_cast<std::size_t>(qv.size()) * sizeof(float));
     if (half) {
         ggml_fp32_to_fp16_row(kv.data(), static_cast<ggml_fp16_t*>(k->data), static_cast<int64_t>(kv_elems));
         ggml_fp32_to_fp16_row(vv.data(), static_cast<ggml_fp16_t*>(v->data), static_cast<int64_t>(kv_elems));
@@ -110,7 +95,7 @@ void ggml_decode(benchmark::State& state, bool half, int threads) {
     ggml_cplan plan = ggml_graph_plan(graph, threads, pool);
     std::vector<std::uint8_t> work(plan.work_size);
     plan.work_data = work.data();
-    run_timed(state, 2.0 * static_cast<double>(kv_elems) * (half ? 2 : 4), threads, [&] {
+    run_kernel(state, 2.0 * static_cast<double>(kv_elems) * (half ? 2 : 4), threads, [&] {
         ggml_graph_compute(graph, &plan);
         benchmark::ClobberMemory();
     });
@@ -119,18 +104,16 @@ void ggml_decode(benchmark::State& state, bool half, int threads) {
 }
 
 void diffattn_decode(benchmark::State& state, int threads) {
-    using diffattn::Index;
-    using Matrix = diffattn::RowMatrix<float>;
+    using bench::Index;
     const Index d = kHeadDim, heads = kHeads, keys = g_keys;
     // Row-major [S x heads d] like a KV cache; one head is a column block.
-    Matrix q = Eigen::Map<const Matrix>(random_values(d * heads, 1).data(), 1, d * heads);
-    Matrix k = Eigen::Map<const Matrix>(random_values(keys * d * heads, 2).data(), keys, d * heads);
-    Matrix v = Eigen::Map<const Matrix>(random_values(keys * d * heads, 3).data(), keys, d * heads);
-    Matrix out(1, d * heads);
+    const bench::Matrix q = bench::random_matrix(1, d * heads, 1), k = bench::random_matrix(keys, d * heads, 2),
+                        v = bench::random_matrix(keys, d * heads, 3);
+    bench::Matrix out(1, d * heads);
     std::vector<diffattn::AttentionWorkspace<float>> ws(static_cast<std::size_t>(heads));
     diffattn::AttentionOptions options;
     options.mask = diffattn::MaskKind::none;
-    run_timed(state, 2.0 * static_cast<double>(keys * d * heads) * 4, threads, [&] {
+    run_kernel(state, 2.0 * static_cast<double>(keys * d * heads) * 4, threads, [&] {
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (Index h = 0; h < heads; ++h) {
             diffattn::softmax_attention(q.middleCols(h * d, d), k.middleCols(h * d, d), v.middleCols(h * d, d),
@@ -147,7 +130,6 @@ int main(int argc, char** argv) {
         if (std::strncmp(argv[i], "--keys=", 7) == 0) g_keys = std::atoll(argv[i] + 7);
     }
     ggml_cpu_init();
-    // The yardstick first, so that the share counters of the kernels can use its rates.
     const auto add = [](const std::string& name, auto fn) {
         benchmark::RegisterBenchmark(name.c_str(), fn)->Unit(benchmark::kMillisecond)->UseRealTime();
     };
