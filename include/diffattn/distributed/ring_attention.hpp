@@ -20,6 +20,17 @@
 
 namespace diffattn::distributed {
 
+/// What a row of each rank costs in RingAttention::dint with `integral` over `ranks` ranks, for
+/// balanced_slices: in map passes over its rows' keys. causal_softmax's three passes of maps; its
+/// middle ranks (1 .. R-2) also add up their A1 columns, a pass that rebuilds every A1 tile (the
+/// products and the exponentials, most of a map's work): about one more. The mean modes: two.
+inline std::vector<double> dint_rank_costs(DintIntegral integral, int ranks) {
+    std::vector<double> cost(static_cast<std::size_t>(std::max(ranks, 0)), 2.0);
+    if (integral != DintIntegral::causal_softmax) return cost;
+    for (int r = 0; r < ranks; ++r) cost[static_cast<std::size_t>(r)] = r > 0 && r < ranks - 1 ? 4.0 : 3.0;
+    return cost;
+}
+
 template <typename T>
 class RingAttention : public RingMaps<T> {
     using Base = RingMaps<T>;

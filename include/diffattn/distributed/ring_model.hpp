@@ -44,10 +44,14 @@ private:
 };
 
 /// The split a model forward uses: balanced for causal work in a causal model, equal rows in an
-/// encoder (sequence_slices.hpp).
+/// encoder (sequence_slices.hpp), weighed by what a row costs each rank in a DINT model
+/// (dint_rank_costs).
 template <typename T>
 SequenceSlices model_slices(const DecoderModel<T>& model, Index tokens, int ranks) {
-    return balanced_slices(tokens, ranks, model.config().attention_config().mask() == MaskKind::causal);
+    const AttentionConfig attention = model.config().attention_config();
+    const std::vector<double> cost =
+        attention.kind == AttentionKind::dint ? dint_rank_costs(attention.dint_integral, ranks) : std::vector<double>{};
+    return balanced_slices(tokens, ranks, attention.mask() == MaskKind::causal, cost);
 }
 
 /// One forward of `tokens`, the whole sequence (the same on every rank), split over the ranks of
