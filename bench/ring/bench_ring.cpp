@@ -119,7 +119,8 @@ int main(int argc, char** argv) {
             }
             quiet_barrier();
 
-            const distributed::SequenceSlices slices = distributed::balanced_slices(n, ranks, true);
+            const distributed::SequenceSlices slices = distributed::balanced_slices(
+                n, ranks, true, dint ? distributed::dint_rank_costs(integral, ranks) : std::vector<double>{});
             const Index first = slices.first(rank), rows = slices.rows(rank);
             const auto slice = [&](const RowMatrix<float>& m) { return ConstMatrixRef<float>(m.middleRows(first, rows)); };
             RingAttention<float> ring(MPI_COMM_WORLD, first);

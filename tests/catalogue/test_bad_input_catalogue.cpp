@@ -825,9 +825,13 @@ TEST_CASE("attention analysis rows or spans outside the sequence", "[catalogue][
 }
 
 TEST_CASE("ranks that disagree", "[catalogue][distributed]") {
-    // The cross-rank cases run under mpirun in tests/distributed/; these two need no MPI.
+    // The cross-rank cases run under mpirun in tests/distributed/; these need no MPI.
     CHECK_ERROR(ShapeError, distributed::balanced_slices(3, 4, true), "balanced_slices",
                 "a sequence of 3 tokens cannot be split over 4 ranks (need at least one token per rank)");
+    CHECK_ERROR(OptionError, distributed::balanced_slices(12, 3, true, {3.0, 4.0}), "balanced_slices",
+                "2 costs for 3 ranks (need one per rank, or none)");
+    CHECK_ERROR(OptionError, distributed::balanced_slices(12, 2, true, {3.0, 0.0}), "balanced_slices",
+                "rank 1's cost is 0 (need a finite value > 0)");
     struct NoKernels final : AttentionKernels<float> {  // never called: the module refuses first
         Index first_position() const override { return 0; }
         void softmax(const ConstMatrixRef<float>&, const ConstMatrixRef<float>&, const ConstMatrixRef<float>&,

@@ -120,6 +120,32 @@ TEST_CASE("ring kernels equal the single-process kernels, float", "[distributed]
     check_every_kernel<float>(40);    // slices shorter than one query block
 }
 
+TEST_CASE("balanced_slices gives every rank the same work, rows weighed by their cost", "[distributed]") {
+    // Causal: rows [a, b) cost about b^2 - a^2 map-pass work, times the rank's cost per row.
+    const Index n = 1 << 20;
+    const std::vector<double> cost = distributed::dint_rank_costs(DintIntegral::causal_softmax, 4);
+    REQUIRE(cost == std::vector<double>{3.0, 4.0, 4.0, 3.0});
+    const distributed::SequenceSlices causal = distributed::balanced_slices(n, 4, true, cost);
+    REQUIRE(causal.length() == n);
+    std::vector<double> work;
+    for (int r = 0; r < 4; ++r) {
+        const double a = static_cast<double>(causal.first(r)), b = static_cast<double>(causal.first(r + 1));
+        work.push_back(cost[static_cast<std::size_t>(r)] * (b * b - a * a));
+    }
+    for (double w : work) CHECK(w == Approx(work[0]).epsilon(1e-5));
+    // Equal costs: the boundaries n sqrt(r / R), as without costs.
+    const distributed::SequenceSlices plain = distributed::balanced_slices(n, 4, true, {2.0, 2.0, 2.0, 2.0});
+    CHECK(plain.begin == distributed::balanced_slices(n, 4, true).begin);
+    CHECK(plain.first(1) == 524288);  // n sqrt(1/4)
+    CHECK(plain.first(2) == 741455);  // round(n sqrt(1/2))
+    // Mask none: rows in proportion to 1 / cost (1/3 : 1/4 : 1/4 : 1/3 of 7/6).
+    const distributed::SequenceSlices none = distributed::balanced_slices(1400, 4, false, cost);
+    CHECK(none.begin == std::vector<Index>{0, 400, 700, 1000, 1400});
+    // Two ranks: no middle rank, equal costs.
+    CHECK(distributed::dint_rank_costs(DintIntegral::causal_softmax, 2) == std::vector<double>{3.0, 3.0});
+    CHECK(distributed::dint_rank_costs(DintIntegral::causal_mean, 3) == std::vector<double>{2.0, 2.0, 2.0});
+}
+
 TEST_CASE("ring kernels equal the single-process kernels, double", "[distributed]") {
     check_every_kernel<double>(611);
 }

@@ -40,13 +40,17 @@ std::vector<NamedModel> models() {
 
 template <typename T>
 RowMatrix<T> across_ranks(const DecoderModel<T>& model, const std::vector<Token>& tokens) {
-    int ranks = 1;
+    int rank = 0, ranks = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     const Index n = static_cast<Index>(tokens.size());
-    ForwardState<T> state = model.make_state(n);
+    const distributed::SequenceSlices slices = distributed::model_slices(model, n, ranks);
+    ForwardState<T> state = model.make_state(slices.rows(rank));  // this rank's rows only
     RowMatrix<T> logits(n, model.config().vocab_size);
-    distributed::distributed_forward<T>(model, tokens, distributed::model_slices(model, n, ranks), state, logits,
-                                        MPI_COMM_WORLD);
+    distributed::distributed_forward<T>(model, tokens, slices, state, logits, MPI_COMM_WORLD);
+    // The state's own rotary table (positions [0, rows)) is back: a one-process forward still works.
+    CHECK(state.layer.attention.rotary.first_position() == 0);
+    CHECK(state.layer.attention.rotary.max_positions() == slices.rows(rank));
     return logits;
 }
 
@@ -104,6 +108,20 @@ TEST_CASE("a model forward across ranks refuses mismatched arguments on every ra
         CHECK_THROWS_WITH(distributed::distributed_forward<float>(model, other, distributed::balanced_slices(12, ranks, true),
                                                                   state, logits, MPI_COMM_WORLD),
                           Catch::Contains("different token sequences"));
+    }
+    // A state shorter than this rank's slice: that rank says so, every other rank names it.
+    const distributed::SequenceSlices slices = distributed::balanced_slices(12, ranks, true);
+    ForwardState<float> short_state = model.make_state(rank == ranks - 1 ? slices.rows(rank) - 1 : 12);
+    if (slices.rows(ranks - 1) > 1) {
+        if (rank == ranks - 1) {
+            CHECK_THROWS_WITH(
+                distributed::distributed_forward<float>(model, tokens, slices, short_state, logits, MPI_COMM_WORLD),
+                Catch::Contains("slice has " + std::to_string(slices.rows(rank))));
+        } else {
+            CHECK_THROWS_AS(
+                distributed::distributed_forward<float>(model, tokens, slices, short_state, logits, MPI_COMM_WORLD),
+                Error);
+        }
     }
     // The state serves a one-process forward again afterwards.
     CHECK(state.layer.attention.kernels == nullptr);

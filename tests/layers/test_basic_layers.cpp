@@ -169,6 +169,27 @@ TEST_CASE("rotary: position 0 is the identity and scores depend only on the offs
     CHECK_THROWS_AS(RotaryTable<double>(7, 4, 10000.0), ConfigError);
 }
 
+TEST_CASE("rotary: a table of positions [first, end) rotates as the whole table there", "[layers][rotary]") {
+    // A slice of a sequence across ranks (docs/distributed.md) holds only its own positions.
+    const Index d = 16;
+    for (RotaryStyle style : {RotaryStyle::interleaved, RotaryStyle::rotate_half}) {
+        const RotarySpec spec{d, 10000.0, style, {}};
+        const RotaryTable<double> whole(spec, 64), slice(spec, 50, 20);
+        CHECK(slice.first_position() == 20);
+        CHECK(slice.max_positions() == 50);
+        CHECK(whole.first_position() == 0);
+        const RowMatrix<double> x = seeded<double>(30, 2 * d, 9);
+        RowMatrix<double> a = x, b = x;
+        whole.apply(a, 20);
+        slice.apply(b, 20);
+        CHECK((a - b).cwiseAbs().maxCoeff() == 0.0);  // the same angles, computed the same way
+        RowMatrix<double> early = x.topRows(1), late = x.topRows(2);
+        CHECK_THROWS_WITH(slice.apply(early, 19), Catch::Contains("positions [19, 20) exceed the table's positions [20, 50)"));
+        CHECK_THROWS_AS(slice.apply(late, 49), ShapeError);
+    }
+    CHECK_THROWS_AS(RotaryTable<double>(RotarySpec{d, 10000.0, RotaryStyle::interleaved, {}}, 10, 11), ShapeError);
+}
+
 TEST_CASE("lambda_init(depth) and the lambda re-parameterisation (docs/math.md §2.5)", "[layers][lambda]") {
     CHECK(lambda_init(0) == Approx(0.2).epsilon(1e-15));
     CHECK(lambda_init(1) == Approx(0.8 - 0.6 * std::exp(-0.3)).epsilon(1e-15));

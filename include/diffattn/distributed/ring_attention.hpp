@@ -2,10 +2,8 @@
 // attention, with DINT's integral terms (docs/math.md §2.3) carried across ranks.
 //
 // Each rank holds one contiguous slice of the rows of Q, K and V of one sequence (S = N, no KV
-// cache). Key / value blocks travel between the ranks (ring_pass.hpp); each (slice x block) part
-// runs the single-process tiled core (attend_block) into an online-softmax state, and the parts
-// merge into one state per query group (OnlineSoftmaxState::merge), as a key split does on one
-// machine. Only the merging and the integral terms' sums across ranks are new:
+// cache). Key / value blocks travel between the ranks (ring_pass.hpp) and fold into one
+// online-softmax state per query group and map (ring_maps.hpp). Per kernel:
 //   DIFF:                 both maps ride one pass (K1, K2, V).
 //   DINT causal_mean:     the O1 row sums of the ranks before, by MPI_Exscan.
 //   DINT global_mean:     the O1 row sums of all ranks, by MPI_Allreduce.
@@ -13,11 +11,8 @@
 //                         keys), by MPI_Iexscan; the integral map rides map 2's pass.
 #pragma once
 
-#include "diffattn/core/parallel.hpp"
-#include "diffattn/kernels/dint_attention.hpp"
-#include "diffattn/distributed/call_agreement.hpp"
 #include "diffattn/distributed/ring_integrals.hpp"
-#include "diffattn/distributed/ring_pass.hpp"
+#include "diffattn/distributed/ring_maps.hpp"
 
 #include <algorithm>
 #include <array>
@@ -25,12 +20,28 @@
 
 namespace diffattn::distributed {
 
+/// What a row of each rank costs in RingAttention::dint with `integral` over `ranks` ranks, for
+/// balanced_slices: in map passes over its rows' keys. causal_softmax's three passes of maps; its
+/// middle ranks (1 .. R-2) also add up their A1 columns, a pass that rebuilds every A1 tile (the
+/// products and the exponentials, most of a map's work): about one more. The mean modes: two.
+inline std::vector<double> dint_rank_costs(DintIntegral integral, int ranks) {
+    std::vector<double> cost(static_cast<std::size_t>(std::max(ranks, 0)), 2.0);
+    if (integral != DintIntegral::causal_softmax) return cost;
+    for (int r = 0; r < ranks; ++r) cost[static_cast<std::size_t>(r)] = r > 0 && r < ranks - 1 ? 4.0 : 3.0;
+    return cost;
+}
+
 template <typename T>
-class RingAttention {
+class RingAttention : public RingMaps<T> {
+    using Base = RingMaps<T>;
+    using Base::buffers_, Base::causal_, Base::comm_, Base::group_rows,
+        Base::groups, Base::lambda_, Base::rank_, Base::rows_, Base::slices_, Base::start, Base::start_differential,
+        Base::stats_, Base::totals_, Base::with_block_mask, Base::write_differential, Base::ws_;
+
 public:
     /// comm: the ranks that share the sequence, rank order = slice order. first_row: where this
     /// rank's slice must start in the sequence (checked on every call), or -1 for anywhere.
-    explicit RingAttention(MPI_Comm comm, Index first_row = -1) : comm_(comm), first_row_(first_row) {}
+    explicit RingAttention(MPI_Comm comm, Index first_row = -1) : RingMaps<T>(comm, first_row) {}
 
     /// softmax_attention (docs/math.md §2.1) of this rank's rows: q, k, v [n x d], [n x d], [n x dv],
     /// the slice's rows; out [n x dv]. Collective: every rank of comm calls it.
@@ -44,7 +55,7 @@ public:
             return resolved;
         });
         const std::array<ConstMatrixRef<T>, 1> queries{q};
-        attend_maps<1>(queries, std::array<ConstMatrixRef<T>, 2>{k, v}, resolved);
+        this->template attend_maps<1>(queries, std::array<ConstMatrixRef<T>, 2>{k, v}, resolved);
         for (Index g = 0; g < groups(); ++g) totals_[0][g].normalize_into(out.middleRows(g * kGroupRows, group_rows(g)));
     }
 
@@ -54,7 +65,7 @@ public:
               const AttentionOptions& options = {}) {
         constexpr const char* function = "ring diff_attention";
         const detail::ResolvedOptions resolved = start_differential(function, q1, k1, q2, k2, v, lambda, out, options, -1);
-        attend_maps<2>({q1, q2}, std::array<ConstMatrixRef<T>, 3>{k1, k2, v}, resolved);
+        this->template attend_maps<2>({q1, q2}, std::array<ConstMatrixRef<T>, 3>{k1, k2, v}, resolved);
         write_differential(lambda, out);
     }
 
@@ -72,136 +83,15 @@ public:
         if (integral == DintIntegral::causal_softmax) {
             softmax_integral(q1, k1, q2, k2, v, lambda, resolved, out);
         } else {
-            attend_maps<2>({q1, q2}, std::array<ConstMatrixRef<T>, 3>{k1, k2, v}, resolved);
+            this->template attend_maps<2>({q1, q2}, std::array<ConstMatrixRef<T>, 3>{k1, k2, v}, resolved);
             write_differential(lambda, out);
             stats_.wait_seconds += add_mean_integral(totals_[0], rows_, integral, lambda, slices_.first(rank_),
                                                      slices_.length(), comm_, ws_, local_total_, other_total_, out);
         }
     }
 
-    /// Where this rank's time went in its passes since the last reset (docs/distributed.md).
-    const RingStats& stats() const { return stats_; }
-    void reset_stats() { stats_.reset(); }
-    Index first_row() const { return first_row_; }
-    MPI_Comm comm() const { return comm_; }
-
 private:
     using Wide = Accumulator<T>;
-
-    Index groups() const { return query_group_count(rows_); }
-    Index group_rows(Index g) const { return query_group_rows(rows_, g); }
-
-    /// The agreement of every call (call_agreement.hpp): local checks, shapes across ranks, slices;
-    /// then the workspace for this call. check() returns the resolved options of this rank.
-    template <typename Check>
-    void start(const char* function, const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k,
-               const ConstMatrixRef<T>& v, const AttentionOptions& options, int integral, Check&& check) {
-        SliceCall mine;
-        mine.q_rows = q.rows();
-        mine.head_dim = q.cols();
-        mine.value_dim = v.cols();
-        mine.mask = static_cast<double>(options.mask);
-        mine.integral = integral;
-        mine.first_row = static_cast<double>(first_row_);
-        slices_ = agree_on_call(comm_, function, mine, [&](SliceCall& call) {
-            require<OptionError>(!options.valid_len, function, ": key padding (valid_len) is not supported across ranks");
-            const detail::ResolvedOptions resolved = check();
-            call.k_rows = k.rows();
-            call.v_rows = v.rows();
-            call.scale = resolved.scale;
-            call.lambda = lambda_;
-        });
-        const RankInfo me = rank_info(comm_, function);
-        rank_ = me.rank;
-        rows_ = q.rows();
-        causal_ = options.mask == MaskKind::causal;
-        ws_.reserve(rows_, slices_.length(), q.cols(), v.cols(), std::max(options.threads, 1));
-        for (auto& maps_of_kind : totals_) {
-            if (maps_of_kind.size() < static_cast<std::size_t>(groups())) maps_of_kind.resize(static_cast<std::size_t>(groups()));
-            for (Index g = 0; g < groups(); ++g) {
-                maps_of_kind[g].reserve(kGroupRows, v.cols());
-                maps_of_kind[g].reset(group_rows(g), v.cols());
-            }
-        }
-    }
-
-    struct NoExtraCheck {
-        void operator()(const detail::ResolvedOptions&) const {}
-    };
-    template <typename Extra = NoExtraCheck>
-    detail::ResolvedOptions start_differential(const char* function, const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1,
-                                       const ConstMatrixRef<T>& q2, const ConstMatrixRef<T>& k2,
-                                       const ConstMatrixRef<T>& v, T lambda, const MatrixRef<T>& out,
-                                       const AttentionOptions& options, int integral,
-                                       Extra extra = {}) {
-        detail::ResolvedOptions resolved{};
-        lambda_ = static_cast<double>(lambda);
-        start(function, q1, k1, v, options, integral, [&] {
-            resolved = detail::check_differential<T>(function, q1, k1, q2, k2, v, lambda, out, options);
-            extra(resolved);
-            return resolved;
-        });
-        return resolved;
-    }
-
-    /// f(mask) with the mask of this slice's queries against `block`: causal on the diagonal
-    /// block, every key of an earlier block, every key with mask none.
-    template <typename F>
-    void with_block_mask(const RingBlock<T>& block, F&& f) const {
-        if (causal_ && block.origin == rank_) {
-            f(CausalMask{0, block.rows});
-        } else {
-            f(NoMask{block.rows});
-        }
-    }
-
-    /// f(g, q_begin, q_rows, scratch, thread) for each query group of the slice; progress() between
-    /// groups on thread 0 (the thread that called MPI).
-    template <typename F>
-    void for_each_group(int threads, F&& f) {
-        const detail::Schedule schedule = causal_ ? detail::Schedule::largest_first : detail::Schedule::equal_tasks;
-        detail::parallel_for(groups(), threads, schedule, [&](Index g, int thread) {
-            f(g, g * kGroupRows, group_rows(g), ws_.block(thread), thread);
-        });
-    }
-
-    /// Folds `block` into maps totals_[first_total + m] for m < Maps, map m's keys in the block's
-    /// piece first_key + m, the values in its last piece.
-    template <std::size_t Maps, typename Progress>
-    void fold_maps(const std::array<ConstMatrixRef<T>, Maps>& queries, const RingBlock<T>& block,
-                   const detail::ResolvedOptions& resolved, std::size_t first_total, std::size_t first_key,
-                   const Progress& progress) {
-        const ConstMatrixRef<T> v(block.last_piece());
-        with_block_mask(block, [&](const auto& mask) {
-            for_each_group(resolved.threads, [&](Index g, Index q_begin, Index q_rows, BlockScratch<T>& scratch,
-                                                 int thread) {
-                for (std::size_t m = 0; m < Maps; ++m) {
-                    const ConstMatrixRef<T> keys(block.piece(first_key + m));
-                    const detail::DotProductLogits<T> logits(queries[m], keys, T(resolved.scale));
-                    detail::attend_block(logits, mask, q_begin, q_rows, v, scratch, scratch.states[0]);
-                    totals_[first_total + m][g].merge(scratch.states[0]);
-                }
-                if (thread == 0) progress();
-            });
-        });
-    }
-
-    /// One pass of blocks (K of each map, then V) folding `Maps` maps into totals_[0 .. Maps).
-    template <std::size_t Maps, std::size_t Pieces>
-    void attend_maps(const std::array<ConstMatrixRef<T>, Maps>& queries, const std::array<ConstMatrixRef<T>, Pieces>& local,
-                     const detail::ResolvedOptions& resolved) {
-        static_assert(Pieces == Maps + 1, "attend_maps: one key piece per map, then the values");
-        ring_pass<T>(comm_, slices_, local, causal_, slices_.ranks() - 1, buffers_, stats_,
-                     [&](const RingBlock<T>& block, const auto& progress) {
-                         fold_maps<Maps>(queries, block, resolved, 0, 0, progress);
-                     });
-    }
-
-    void write_differential(T lambda, MatrixRef<T>& out) const {
-        for (Index g = 0; g < groups(); ++g) {
-            detail::write_differential_rows(totals_[0][g], totals_[1][g], lambda, g * kGroupRows, 0, group_rows(g), out);
-        }
-    }
 
     /// DINT causal_softmax (docs/math.md §2.3) in three passes, ordered so that no rank waits for
     /// another's blocks or column sums while it has work (docs/distributed.md):
@@ -227,7 +117,8 @@ private:
         const bool rank0_integral_late = causal_ && rank_ == 0;  // in pass 3, before its map 2
 
         // 1. Map 1.
-        attend_maps<1>(std::array<ConstMatrixRef<T>, 1>{q1}, std::array<ConstMatrixRef<T>, 2>{k1, v}, resolved);
+        this->template attend_maps<1>(std::array<ConstMatrixRef<T>, 1>{q1}, std::array<ConstMatrixRef<T>, 2>{k1, v},
+                                      resolved);
 
         // 2. Column sums (ranks 1 .. R-2), rank 0's integral map with mask none; blocks travel as
         //    far as the last rank that uses them.
@@ -265,7 +156,8 @@ private:
                              integral_block(q1, block, resolved, column_sum, progress);
                              start_prefix();
                          }
-                         fold_maps<1>(std::array<ConstMatrixRef<T>, 1>{q2}, block, resolved, 1, 1, progress);
+                         this->template fold_maps<1>(std::array<ConstMatrixRef<T>, 1>{q2}, block, resolved, 1, 1,
+                                                     progress);
                          if (rank_ > 0) {
                              if (!causal_ || block.origin != rank_) wait_prefix();
                              integral_block(q1, block, resolved, column_sum, progress);
@@ -301,17 +193,6 @@ private:
         });
     }
 
-    MPI_Comm comm_;
-    Index first_row_;
-    double lambda_ = 0;
-    int rank_ = 0;
-    Index rows_ = 0;
-    bool causal_ = true;
-    SequenceSlices slices_;
-    AttentionWorkspace<T> ws_;
-    std::array<std::vector<OnlineSoftmaxState<T>>, 3> totals_;  ///< [map 1, map 2, integral][group]
-    RingBuffers<T> buffers_;
-    RingStats stats_;
     Vector<T> local_sums_, prefix_sums_;   ///< causal_softmax: [S] A1 column sums
     Vector<Wide> local_total_, other_total_;  ///< mean modes: [dv] O1 row sums
 };

@@ -87,23 +87,38 @@ void integral_map_part(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1,
 }
 
 /// sums [block rows] += the A1 columns of the slice's rows q1 over the block's keys k1 under
-/// `mask`, with A1 rebuilt from map 1's final states; progress() after each group.
+/// `mask`, with A1 rebuilt from map 1's final states; progress() after each group. The tiles come
+/// in attend_block's order and packing (key tiles outer, each packed once for the group's blocks;
+/// the group's queries packed once), so a rebuilt tile is the one map 1 normalised; each column
+/// still takes the rows in order.
 template <typename T, typename Mask, typename Progress>
 void add_a1_column_sums(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, const Mask& mask, T scale,
                         const std::vector<OnlineSoftmaxState<T>>& map1, VectorRef<T> sums, BlockScratch<T>& scratch,
                         const Progress& progress) {
     const detail::DotProductLogits<T> logits1(q1, k1, scale);
+    PackedTiles<T>& packed = scratch.packed;
     const Index rows = q1.rows();
     for (Index g = 0; g < query_group_count(rows); ++g) {
-        const Index group_begin = g * kGroupRows, group_end = group_begin + query_group_rows(rows, g);
+        const Index group_begin = g * kGroupRows, group_rows = query_group_rows(rows, g);
+        const Index group_end = group_begin + group_rows;
         const detail::A1Tiles<T, Mask> a1(logits1, mask, group_begin, map1[g].row_maxima(), map1[g].row_sums());
-        for (Index b = group_begin; b < group_end; b += kQueryTile) {
-            const Index b_rows = std::min(kQueryTile, group_end - b);
-            const Index visit_end = block_visit_end(mask, b, b + b_rows);
-            for (Index k_begin = 0; k_begin < visit_end; k_begin += kKeyTile) {
-                auto tile = scratch.logits.topLeftCorner(b_rows, std::min(kKeyTile, visit_end - k_begin));
-                a1(b, group_begin, k_begin, tile, nullptr);  // unpacked: each tile is used once
-                sums.segment(k_begin, tile.cols()) += tile.colwise().sum().transpose();
+        const bool pack = group_rows >= kMinPackedRows;
+        const Index visit_end = block_visit_end(mask, group_begin, group_end);
+        if (pack && visit_end > 0) a1.pack_queries(group_begin, group_rows, packed);
+        for (Index k_begin = 0; k_begin < visit_end; k_begin += kKeyTile) {
+            const Index k_count = std::min(kKeyTile, visit_end - k_begin);
+            Index packed_keys = 0;  // keys of this tile in packed.keys
+            for (Index b = group_begin; b < group_end; b += kQueryTile) {
+                const Index b_rows = std::min(kQueryTile, group_end - b);
+                const Index b_keys = std::min(k_count, block_visit_end(mask, b, b + b_rows) - k_begin);
+                if (b_keys <= 0) continue;
+                if (pack && packed_keys != b_keys) {
+                    a1.pack_keys(k_begin, b_keys, packed);
+                    packed_keys = b_keys;
+                }
+                auto tile = scratch.logits.topLeftCorner(b_rows, b_keys);
+                a1(b, group_begin, k_begin, tile, pack ? &packed : nullptr);
+                sums.segment(k_begin, b_keys) += tile.colwise().sum().transpose();
             }
         }
         progress();

@@ -12,6 +12,7 @@
 #include "diffattn/layers/attention_kernels.hpp"
 #include "diffattn/model/decoder_model.hpp"
 
+#include <utility>
 #include <vector>
 
 namespace diffattn::distributed {
@@ -43,16 +44,21 @@ private:
 };
 
 /// The split a model forward uses: balanced for causal work in a causal model, equal rows in an
-/// encoder (sequence_slices.hpp).
+/// encoder (sequence_slices.hpp), weighed by what a row costs each rank in a DINT model
+/// (dint_rank_costs).
 template <typename T>
 SequenceSlices model_slices(const DecoderModel<T>& model, Index tokens, int ranks) {
-    return balanced_slices(tokens, ranks, model.config().attention_config().mask() == MaskKind::causal);
+    const AttentionConfig attention = model.config().attention_config();
+    const std::vector<double> cost =
+        attention.kind == AttentionKind::dint ? dint_rank_costs(attention.dint_integral, ranks) : std::vector<double>{};
+    return balanced_slices(tokens, ranks, attention.mask() == MaskKind::causal, cost);
 }
 
 /// One forward of `tokens`, the whole sequence (the same on every rank), split over the ranks of
 /// `comm` by `slices` (slices.ranks() == the communicator's size). Collective.
-///   state:  this rank's ForwardState, with max_len >= tokens.size() (its rotary table covers
-///           the whole sequence's positions).
+///   state:  this rank's ForwardState, with max_len >= this rank's slice rows (slices.rows(rank)):
+///           it holds the slice's rows only; for the call its rotary table is replaced by one of
+///           the slice's positions, and the state's own comes back afterwards.
 ///   logits: on rank 0, [N x vocab], written with every rank's rows; unused on the other ranks.
 ///   stats:  if not null, where this rank's attention time went (RingStats).
 /// Throws on every rank (call_agreement.hpp) if any rank's arguments are wrong: a communicator of
@@ -73,9 +79,10 @@ void distributed_forward(const DecoderModel<T>& model, const std::vector<Token>&
         for (int r = 0; r < slices.ranks(); ++r) {
             require<ShapeError>(slices.rows(r) >= 1, function, ": rank ", r, "'s slice is empty");
         }
-        require<ShapeError>(state.fits(model.config()) && state.max_len() >= n, function, ": the ForwardState holds ",
-                            state.max_len(), " tokens of its model; the sequence has ", n,
-                            " (make_state(max_len) of this model, max_len >= the whole sequence)");
+        require<ShapeError>(state.fits(model.config()) && state.max_len() >= slices.rows(me.rank), function,
+                            ": the ForwardState holds ", state.max_len(), " tokens of its model; rank ", me.rank,
+                            "'s slice has ", slices.rows(me.rank),
+                            " (make_state(max_len) of this model, max_len >= the slice's rows)");
         for (std::size_t i = 0; i < tokens.size(); ++i) {
             require<ShapeError>(tokens[i] >= 0 && tokens[i] < vocab, function, ": token ", i, " is ", tokens[i],
                                 ", outside the vocabulary [0, ", vocab, ")");
@@ -96,10 +103,18 @@ void distributed_forward(const DecoderModel<T>& model, const std::vector<Token>&
     const std::vector<Token> mine(tokens.begin() + first, tokens.begin() + first + rows);
     RingAttention<T> ring(comm, first);
     const RingAttentionKernels<T> kernels(ring);
+    // Rotary at the slice's positions [first, first + rows) (docs/math.md §3.1), from a table of
+    // just those: the state's own covers [0, max_len).
+    RotaryTable<T> slice_rotary(state.layer.attention.rotary.spec(), first + rows, first);
     struct Restore {  // the state serves single-process forwards again afterwards, whatever happens
         AttentionScratch<T>& scratch;
-        ~Restore() { scratch.kernels = nullptr; }
-    } restore{state.layer.attention};
+        RotaryTable<T>& other;
+        ~Restore() {
+            scratch.kernels = nullptr;
+            std::swap(scratch.rotary, other);
+        }
+    } restore{state.layer.attention, slice_rotary};
+    std::swap(state.layer.attention.rotary, slice_rotary);
     state.layer.attention.kernels = &kernels;
     const ConstMatrixRef<T> local = model.forward(mine, state);  // [rows x vocab]
     if (stats != nullptr) *stats = ring.stats();

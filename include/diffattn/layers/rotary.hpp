@@ -87,27 +87,33 @@ public:
     RotaryTable(Index head_dim, Index max_positions, double theta)
         : RotaryTable(RotarySpec{head_dim, theta, RotaryStyle::interleaved, {}}, max_positions) {}
 
-    /// The table of `spec` for positions [0, max_positions).
-    RotaryTable(const RotarySpec& spec, Index max_positions) : spec_(spec) {
+    /// The table of `spec` for positions [first_position, max_positions): a slice of a longer
+    /// sequence (docs/distributed.md) needs only its own positions.
+    RotaryTable(const RotarySpec& spec, Index max_positions, Index first_position = 0)
+        : spec_(spec), first_(first_position) {
         require<ConfigError>(spec.head_dim > 0 && spec.head_dim % 2 == 0,
                              "RotaryTable: head_dim must be even and > 0, got ", spec.head_dim);
         require<ConfigError>(spec.theta > 0 && std::isfinite(spec.theta), "RotaryTable: rope_theta must be > 0, got ",
                              spec.theta);
+        require<ShapeError>(first_position >= 0 && first_position <= max_positions, "RotaryTable: positions [",
+                            first_position, ", ", max_positions, ") are not a range of positions >= 0");
         const Index pairs = spec.head_dim / 2;
-        cos_.resize(max_positions, pairs);
-        sin_.resize(max_positions, pairs);
+        cos_.resize(max_positions - first_position, pairs);
+        sin_.resize(max_positions - first_position, pairs);
         for (Index i = 0; i < pairs; ++i) {
             const double frequency = spec.frequency(i);
-            for (Index pos = 0; pos < max_positions; ++pos) {
-                const double angle = static_cast<double>(pos) * frequency;
-                cos_(pos, i) = static_cast<T>(std::cos(angle));
-                sin_(pos, i) = static_cast<T>(std::sin(angle));
+            for (Index row = 0; row < cos_.rows(); ++row) {
+                const double angle = static_cast<double>(first_position + row) * frequency;
+                cos_(row, i) = static_cast<T>(std::cos(angle));
+                sin_(row, i) = static_cast<T>(std::sin(angle));
             }
         }
     }
 
     Index head_dim() const { return spec_.head_dim; }
-    Index max_positions() const { return cos_.rows(); }
+    /// The positions covered: [first_position(), max_positions()).
+    Index first_position() const { return first_; }
+    Index max_positions() const { return first_ + cos_.rows(); }
     double theta() const { return spec_.theta; }
     const RotarySpec& spec() const { return spec_; }
 
@@ -118,9 +124,9 @@ public:
         const Index d = spec_.head_dim;
         require<ShapeError>(x.cols() % d == 0, "RotaryTable::apply: x has ", x.cols(),
                             " columns, not a multiple of head_dim ", d);
-        require<ShapeError>(first_position >= 0 && first_position + x.rows() <= max_positions(),
+        require<ShapeError>(first_position >= first_ && first_position + x.rows() <= max_positions(),
                             "RotaryTable::apply: positions [", first_position, ", ", first_position + x.rows(),
-                            ") exceed the table's ", max_positions(), " positions");
+                            ") exceed the table's positions [", first_, ", ", max_positions(), ")");
         if (spec_.style == RotaryStyle::interleaved) {
             rotate<true>(x, first_position);
         } else {
@@ -137,8 +143,8 @@ private:
         constexpr Index stride = Interleaved ? 2 : 1;
         const Index gap = Interleaved ? 1 : pairs;
         for (Index n = 0; n < x.rows(); ++n) {
-            const auto cos = cos_.row(first_position + n);  // [pairs]
-            const auto sin = sin_.row(first_position + n);  // [pairs]
+            const auto cos = cos_.row(first_position - first_ + n);  // [pairs]
+            const auto sin = sin_.row(first_position - first_ + n);  // [pairs]
             for (Index map = 0; map < n_maps; ++map) {
                 T* first = &x.coeffRef(n, map * d);  // row-major: a map's elements are contiguous
                 for (Index i = 0; i < pairs; ++i) {
@@ -152,8 +158,9 @@ private:
     }
 
     RotarySpec spec_;
-    RowMatrix<T> cos_;  // [max_positions x head_dim / 2]
-    RowMatrix<T> sin_;  // [max_positions x head_dim / 2]
+    Index first_ = 0;   // the position of row 0
+    RowMatrix<T> cos_;  // [max_positions - first_ x head_dim / 2]
+    RowMatrix<T> sin_;  // [max_positions - first_ x head_dim / 2]
 };
 
 }  // namespace diffattn
