@@ -116,8 +116,8 @@ TEMPLATE_TEST_CASE("decode steps whose heads split their keys over 3 threads all
 }
 
 TEMPLATE_TEST_CASE("batched decode steps allocate nothing", "[model][kv_cache][nomalloc][batch]", float, double) {
-    // 4 sequences of different lengths decoded together (DecoderModel::forward_batch); the state's
-    // per-sequence views are reserved for max_len sequences when it is made.
+    // 4 sequences of different lengths decoded together (DecoderModel::forward_batch): the views of
+    // their caches are made per layer on the stack.
     using T = TestType;
     for (const AttentionKind kind : {AttentionKind::softmax, AttentionKind::diff, AttentionKind::dint,
                                      AttentionKind::shared_diff, AttentionKind::diff_v2}) {

@@ -42,13 +42,13 @@ struct KvCacheView {
     Index capacity() const { return keys.rows(); }
 };
 
-/// The rows of a call that continue one sequence: `rows` consecutive rows of the call's input
-/// (after those of the sequences before it) and the sequence's cache. A call over several of them
-/// is a batched step (docs/math.md §6): the projections run once over all rows, each sequence
-/// attends over its own cache.
+/// The rows of a call that continue one sequence: rows [first, first + rows) of the call's input
+/// and the sequence's cache. A call over several of them is a batched step (docs/math.md §6): the
+/// projections run once over all rows, each sequence attends over its own cache.
 template <typename T>
 struct SequenceRows {
     KvCacheView<T> cache;
+    Index first;
     Index rows;
 };
 

@@ -170,21 +170,27 @@ public:
     /// cache longer than the scratch's max_len grows the scratch's kernel workspaces once.
     void forward(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch,
                  const ExecutionContext& context, KvCacheView<T>* cache) const {
-        // Without a cache, this call's keys and values live in the scratch: an empty cache with no history.
-        SequenceRows<T> sequence{cache != nullptr ? *cache : scratch_cache(scratch), x.rows()};
-        forward_sequences(x, out, scratch, context, &sequence, 1, cache != nullptr);
+        const Index n = x.rows();
+        if (cache == nullptr) {  // this call's keys and values live in the scratch: an empty cache, no history
+            forward_sequences(x, out, scratch, context, 1,
+                              [&](Index) { return SequenceRows<T>{scratch_cache(scratch), 0, n}; }, false);
+        } else {
+            forward_sequences(x, out, scratch, context, 1, [&](Index) { return SequenceRows<T>{*cache, 0, n}; }, true);
+        }
     }
 
-    /// A batched step (docs/math.md §6): the rows of x continue `count` sequences, sequences[s].rows
-    /// rows each, in order, each after the tokens of its own cache. The projections and the output
-    /// projection run once over all rows (the weights are read once for the whole batch); rotary,
-    /// the cache writes and the heads run per sequence, the heads of all sequences together on the
-    /// context's threads. Each sequence gets what forward(its rows, ..., its cache) gives it.
-    /// ShapeError if the row counts do not add up to x.rows(), two sequences share a cache, or a
-    /// cache has no room; as forward() otherwise. No cache is changed by a refused call.
+    /// A batched step (docs/math.md §6): the rows of x continue `count` sequences; sequence(s)
+    /// returns the SequenceRows of sequence s (its cache view and its rows, which follow those of
+    /// sequence s - 1). The projections and the output projection run once over all rows (the
+    /// weights are read once for the whole batch); rotary, the cache writes and the heads run per
+    /// sequence, the heads of all sequences together on the context's threads. Each sequence gets
+    /// what forward(its rows, ..., its cache) gives it. ShapeError if the rows do not tile x, two
+    /// sequences share a cache, or a cache has no room; as forward() otherwise. A refused call
+    /// changes no cache.
+    template <typename Sequences>
     void forward(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch,
-                 const ExecutionContext& context, SequenceRows<T>* sequences, Index count) const {
-        forward_sequences(x, out, scratch, context, sequences, count, true);
+                 const ExecutionContext& context, Index count, const Sequences& sequence) const {
+        forward_sequences(x, out, scratch, context, count, sequence, true);
     }
 
 private:
@@ -195,13 +201,14 @@ private:
 
     /// The one forward path: prefill, decode, batched decode and the plain forward (cached false:
     /// one sequence over scratch_cache) differ only in the caches the sequences hold.
+    template <typename Sequences>
     void forward_sequences(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch,
-                           const ExecutionContext& context, SequenceRows<T>* sequences, Index count,
+                           const ExecutionContext& context, Index count, const Sequences& sequence,
                            bool cached) const {
         constexpr const char* function = "MultiHeadAttention::forward";
         const Index n = x.rows();
         check_call(x, out, scratch);
-        check_sequences(sequences, count, n, cached);
+        check_sequences(count, sequence, n, cached);
         require<OptionError>(!cached || scratch.kernels == nullptr, function, ": a KV cache cannot be combined with "
                              "the scratch's replacement kernels (a slice of a sequence)");
         if (n == 0) return;
@@ -223,9 +230,10 @@ private:
         //    and frequencies), positions from its cache length (or the slice's first row); its keys
         //    and values go to its cache rows [length, length + rows).
         Index capacity = 0;
-        for (Index s = 0, first = 0; s < count; first += sequences[s].rows, ++s) {
-            KvCacheView<T>& kv = sequences[s].cache;
-            const Index rows = sequences[s].rows;
+        for (Index s = 0; s < count; ++s) {
+            SequenceRows<T> rows_of_s = sequence(s);
+            KvCacheView<T>& kv = rows_of_s.cache;
+            const Index first = rows_of_s.first, rows = rows_of_s.rows;
             const Index position = scratch.kernels != nullptr ? scratch.kernels->first_position() : kv.length;
             kv.rotary->apply(q.middleRows(first, rows), position);
             kv.rotary->apply(k.middleRows(first, rows), position);
@@ -239,7 +247,7 @@ private:
         if (cached) scratch.reserve_keys(capacity);
 
         // 3. The heads of every sequence: kernel, then subln and the output factor.
-        run_heads(sequences, count, scratch, context);
+        run_heads(count, sequence, scratch, context);
 
         // 4. Output projection of the concatenated heads of all rows.
         linear<T>(heads, weights_.out_proj, out, context);
@@ -247,8 +255,8 @@ private:
 
     /// What a head of sequence s (its rows from `first`) sees: its queries, the S = length + rows
     /// keys and values of its cache, its output rows.
-    HeadContext<T> head_context(const SequenceRows<T>& sequence, Index first, AttentionScratch<T>& scratch) const {
-        const Index rows = sequence.rows, seq_len_kv = sequence.cache.length + rows;
+    HeadContext<T> head_context(const SequenceRows<T>& sequence, AttentionScratch<T>& scratch) const {
+        const Index first = sequence.first, rows = sequence.rows, seq_len_kv = sequence.cache.length + rows;
         const bool v2 = config_.kind == AttentionKind::diff_v2;
         auto heads = scratch.heads.middleRows(first, rows);
         AttentionOptions options;
@@ -270,19 +278,20 @@ private:
     /// Every head of every sequence, one task each (docs/math.md §3): the policy of the module's
     /// kind (the one switch from the runtime kind to its compile-time policy), then subln and the
     /// output factor.
-    void run_heads(SequenceRows<T>* sequences, Index count, AttentionScratch<T>& scratch,
+    template <typename Sequences>
+    void run_heads(Index count, const Sequences& sequence, AttentionScratch<T>& scratch,
                    const ExecutionContext& context) const {
         switch (config_.kind) {
-            case AttentionKind::softmax: run_heads<SoftmaxHeads>(sequences, count, scratch, context); break;
+            case AttentionKind::softmax: run_heads<SoftmaxHeads>(count, sequence, scratch, context); break;
             case AttentionKind::diff:
-            case AttentionKind::shared_diff: run_heads<DiffHeads>(sequences, count, scratch, context); break;
-            case AttentionKind::dint: run_heads<DintHeads>(sequences, count, scratch, context); break;
-            case AttentionKind::diff_v2: run_heads<DiffV2Heads>(sequences, count, scratch, context); break;
+            case AttentionKind::shared_diff: run_heads<DiffHeads>(count, sequence, scratch, context); break;
+            case AttentionKind::dint: run_heads<DintHeads>(count, sequence, scratch, context); break;
+            case AttentionKind::diff_v2: run_heads<DiffV2Heads>(count, sequence, scratch, context); break;
         }
     }
 
-    template <typename Policy>
-    void run_heads(SequenceRows<T>* sequences, Index count, AttentionScratch<T>& scratch,
+    template <typename Policy, typename Sequences>
+    void run_heads(Index count, const Sequences& sequence, AttentionScratch<T>& scratch,
                    const ExecutionContext& context) const {
         const Index n_heads = config_.n_heads;
         const bool subln = config_.has_subln();
@@ -291,8 +300,9 @@ private:
         double flops = 0;
         Index most_rows = 0;
         for (Index s = 0; s < count; ++s) {
-            const Index rows = sequences[s].rows;
-            flops += 2.0 * static_cast<double>(rows) * static_cast<double>(sequences[s].cache.length + rows) *
+            const SequenceRows<T> rows_of_s = sequence(s);
+            const Index rows = rows_of_s.rows;
+            flops += 2.0 * static_cast<double>(rows) * static_cast<double>(rows_of_s.cache.length + rows) *
                      static_cast<double>(config_.q_width() + config_.out_width());
             most_rows = std::max(most_rows, rows);
         }
@@ -301,10 +311,8 @@ private:
         if (scratch.kernels != nullptr) heads_context.threads = 1;
         detail::for_each_head(count * n_heads, most_rows, flops, heads_context, scratch.workspaces,
                               [&](Index task, AttentionWorkspace<T>& workspace, int kernel_threads) {
-                                  const Index s = task / n_heads, h = task % n_heads;
-                                  Index first = 0;  // the sequence's first row: a few additions per task
-                                  for (Index before = 0; before < s; ++before) first += sequences[before].rows;
-                                  const HeadContext<T> call = head_context(sequences[s], first, scratch);
+                                  const Index h = task % n_heads;
+                                  const HeadContext<T> call = head_context(sequence(task / n_heads), scratch);
                                   Policy::run(call, h, workspace, kernel_threads);
                                   if (subln) {
                                       auto head = call.output(h);  // [rows x 2d]
@@ -325,20 +333,23 @@ private:
                             "config())");
     }
 
-    /// The sequences of a call of n rows: their rows add up to n; with caches (cached), each cache
-    /// fits this module with room for its rows, and no two share storage.
-    void check_sequences(const SequenceRows<T>* sequences, Index count, Index n, bool cached) const {
+    /// The sequences of a call of n rows: their rows tile [0, n) in order; with caches (cached), each
+    /// cache fits this module with room for its rows, and no two share storage.
+    template <typename Sequences>
+    void check_sequences(Index count, const Sequences& sequence, Index n, bool cached) const {
         constexpr const char* function = "MultiHeadAttention::forward";
-        require<ShapeError>(count >= 1 && sequences != nullptr, function, ": a call needs at least one sequence, got ",
-                            count);
-        Index rows = 0;
+        require<ShapeError>(count >= 1, function, ": a call needs at least one sequence, got ", count);
+        Index next = 0;
         for (Index s = 0; s < count; ++s) {
-            require<ShapeError>(sequences[s].rows >= 0, function, ": sequence ", s, " has ", sequences[s].rows, " rows");
-            rows += sequences[s].rows;
-            if (cached) check_cache(sequences[s].cache, sequences[s].rows);
+            const SequenceRows<T> rows = sequence(s);
+            require<ShapeError>(rows.rows >= 0 && rows.first == next, function, ": sequence ", s, " has rows [",
+                                rows.first, ", ", rows.first + rows.rows, ") but its rows must start at ", next,
+                                " (after the sequences before it)");
+            next += rows.rows;
+            if (cached) check_cache(rows.cache, rows.rows);
         }
-        require<ShapeError>(rows == n, function, ": the sequences hold ", rows, " rows but x has ", n);
-        require_distinct_caches(function, count, [&](Index s) { return sequences[s].cache.keys.data(); });
+        require<ShapeError>(next == n, function, ": the sequences hold ", next, " rows but x has ", n);
+        require_distinct_caches(function, count, [&](Index s) { return sequence(s).cache.keys.data(); });
     }
 
     void check_cache(const KvCacheView<T>& cache, Index n) const {

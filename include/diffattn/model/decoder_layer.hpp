@@ -77,11 +77,13 @@ struct DecoderLayer {
     }
 
     /// A batched step: the rows of x continue `count` sequences, each with its own cache
-    /// (MultiHeadAttention's batched forward); norms and SwiGLU run once over all rows.
-    void forward(MatrixRef<T> x, LayerScratch<T>& scratch, const ExecutionContext& context,
-                 SequenceRows<T>* sequences, Index count) const {
+    /// (MultiHeadAttention's batched forward, sequence(s) its SequenceRows); norms and SwiGLU run
+    /// once over all rows.
+    template <typename Sequences>
+    void forward_batch(MatrixRef<T> x, LayerScratch<T>& scratch, const ExecutionContext& context, Index count,
+                       const Sequences& sequence) const {
         forward(x, scratch, context, [&](auto normed, auto branch) {
-            self_attn.forward(normed, branch, scratch.attention, context, sequences, count);
+            self_attn.forward(normed, branch, scratch.attention, context, count, sequence);
         });
     }
 

@@ -234,9 +234,10 @@ public:
         auto x = embed(tokens, state);  // [B x D] residual stream, row b of sequence b
         try {
             for (std::size_t i = 0; i < layers.size(); ++i) {
-                state.sequences.clear();  // within the reserved max_len >= B: no allocation
-                for (KvCache<T>* cache : caches) state.sequences.push_back({cache->view(static_cast<Index>(i)), 1});
-                layers[i].forward(x, state.layer, state.context(), state.sequences.data(), batch);
+                const auto sequence = [&](Index b) {  // row b continues caches[b]
+                    return SequenceRows<T>{caches[static_cast<std::size_t>(b)]->view(static_cast<Index>(i)), b, 1};
+                };
+                layers[i].forward_batch(x, state.layer, state.context(), batch, sequence);
             }
         } catch (...) {
             for (KvCache<T>* cache : caches) cache->reset();

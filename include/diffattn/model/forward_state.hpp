@@ -13,7 +13,6 @@
 #include "diffattn/model/decoder_layer.hpp"
 
 #include <cstddef>
-#include <vector>
 
 namespace diffattn {
 
@@ -23,9 +22,6 @@ struct ForwardState {
     RowMatrix<T> normed;  ///< [max_len x D]  RMSNorm(X_L), the lm_head input
     RowMatrix<T> logits;  ///< [max_len x V]  logits of the convenience forward()
     LayerScratch<T> layer;///< per-layer buffers (attention, SwiGLU), shared by all layers
-    /// A batched step's per-sequence cache views of the current layer (DecoderModel::forward_batch),
-    /// room for max_len sequences reserved up front so that a step never allocates.
-    std::vector<SequenceRows<T>> sequences;
 
     ForwardState() = default;
 
@@ -37,9 +33,7 @@ struct ForwardState {
           logits(max_len, config.vocab_size),
           layer(config, max_len, threads),
           context_{detail::available_threads(threads)},
-          config_(config) {
-        sequences.reserve(static_cast<std::size_t>(max_len));
-    }
+          config_(config) {}
 
     Index max_len() const { return x.rows(); }
     /// The configuration the buffers were made for.
@@ -76,8 +70,7 @@ struct ForwardState {
     ///              [+ out_width + H for diff_v2] [+ 2d + 4H r for shared_diff])
     /// (x, normed, logits, the layer's normed and branch, SwiGLU gate and up, Q, K, V, the head
     /// outputs, the rotary table's cos and sin, diff_v2's second maps and lambda gate, Shared
-    /// DIFF's base and X a products). The kernel workspaces add a few bytes per token and thread, the
-    /// batch's sequence views (`sequences`) about a hundred per token.
+    /// DIFF's base and X a products). The kernel workspaces add a few bytes per token and thread.
     static std::size_t bytes_per_token(const ModelConfig& config) {
         const AttentionConfig a = config.attention_config();
         Index scalars = 4 * config.hidden_size + config.vocab_size + 2 * config.intermediate_size + a.q_width() +
