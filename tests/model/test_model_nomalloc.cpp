@@ -114,3 +114,31 @@ TEMPLATE_TEST_CASE("decode steps whose heads split their keys over 3 threads all
         }
     }
 }
+
+TEMPLATE_TEST_CASE("batched decode steps allocate nothing", "[model][kv_cache][nomalloc][batch]", float, double) {
+    // 4 sequences of different lengths decoded together (DecoderModel::forward_batch): the views of
+    // their caches are made per layer on the stack.
+    using T = TestType;
+    for (const AttentionKind kind : {AttentionKind::softmax, AttentionKind::diff, AttentionKind::dint,
+                                     AttentionKind::shared_diff, AttentionKind::diff_v2}) {
+        for (const DintIntegral integral : {DintIntegral::causal_softmax, DintIntegral::causal_mean}) {
+            if (kind != AttentionKind::dint && integral != DintIntegral::causal_softmax) continue;
+            INFO(to_string(kind) << " " << to_string(integral));
+            const DecoderModel<T> model = DecoderModel<T>::seeded(small_config(kind, integral), 1);
+            ForwardState<T> state = model.make_state(20, 2);
+            std::vector<KvCache<T>> caches;
+            for (int s = 0; s < 4; ++s) caches.push_back(model.make_cache(300));
+            std::vector<KvCache<T>*> batch;
+            for (KvCache<T>& cache : caches) batch.push_back(&cache);
+            const std::vector<Token> next = {5, 6, 7, 8};
+            RowMatrix<T> logits(4, 64);
+            for (int s = 0; s < 4; ++s) model.forward(test_tokens(5 + 5 * s), state, &caches[static_cast<std::size_t>(s)]);
+            model.forward_batch(next, batch, state, logits);  // first use: sizes the workspaces for 300 keys
+            CHECK(without_malloc([&] {
+                for (int i = 0; i < 150; ++i) model.forward_batch(next, batch, state, logits);  // past a key tile
+            }) == 0);
+            CHECK(caches[3].length() == 20 + 151);
+            CHECK(logits.allFinite());
+        }
+    }
+}

@@ -42,4 +42,27 @@ struct KvCacheView {
     Index capacity() const { return keys.rows(); }
 };
 
+/// The rows of a call that continue one sequence: rows [first, first + rows) of the call's input
+/// and the sequence's cache. A call over several of them is a batched step (docs/math.md §6): the
+/// projections run once over all rows, each sequence attends over its own cache.
+template <typename T>
+struct SequenceRows {
+    KvCacheView<T> cache;
+    Index first;
+    Index rows;
+};
+
+/// Throws ShapeError, naming `function`, if two of the `count` caches share their key storage: a
+/// batched step over the same sequence twice would write one cache row twice (the second token
+/// overwriting the first). Pairwise, so meant for batches of a few hundred sequences at most.
+template <typename Keys>
+void require_distinct_caches(const char* function, Index count, const Keys& keys_of) {
+    for (Index a = 0; a < count; ++a) {
+        for (Index b = a + 1; b < count; ++b) {
+            require<ShapeError>(keys_of(a) != keys_of(b), function, ": sequences ", a, " and ", b,
+                                " of the batch use the same KV cache (each sequence needs its own)");
+        }
+    }
+}
+
 }  // namespace diffattn

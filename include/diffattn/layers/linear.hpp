@@ -4,6 +4,7 @@
 #include "diffattn/core/checks.hpp"
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/layers/few_rows_linear.hpp"
 
 #include <algorithm>
 
@@ -31,7 +32,8 @@ inline constexpr Index kLinearFeatureMultiple = 16;
 ///   x       [N x in]     (any row-major matrix or column block)
 ///   w       [out x in]
 ///   out     [N x out]
-///   context: out is cut into fixed blocks of tokens x features (detail::linear_block), run on up
+///   context: fewer than detail::kFewRowsLinear tokens (a decode step) take few_rows_linear, which
+///            reads W once; out is cut into fixed blocks of tokens x features (detail::linear_block), run on up
 ///            to context.threads threads (OpenMP builds), but on fewer, down to one, when the
 ///            product has less than context.min_parallel_flops flops per thread. Results do not
 ///            depend on the thread count.
@@ -53,6 +55,10 @@ void linear(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, MatrixRef<T>
                              const Index first_feature = block % feature_blocks * feature_block;
                              const Index rows = std::min(token_block, tokens - first_token);
                              const Index columns = std::min(feature_block, features - first_feature);
+                             if (tokens < detail::kFewRowsLinear) {  // a decode step: read W once
+                                 detail::few_rows_linear<T>(x, w, out, first_feature, first_feature + columns);
+                                 return;
+                             }
                              out.block(first_token, first_feature, rows, columns).noalias() =
                                  x.middleRows(first_token, rows) * w.middleRows(first_feature, columns).transpose();
                          });

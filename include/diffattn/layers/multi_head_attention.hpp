@@ -32,6 +32,7 @@
 #include "diffattn/layers/rms_norm.hpp"
 #include "diffattn/layers/shared_diff.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace diffattn {
@@ -170,75 +171,156 @@ public:
     void forward(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch,
                  const ExecutionContext& context, KvCacheView<T>* cache) const {
         const Index n = x.rows();
-        check_call(x, out, scratch);
-        if (cache != nullptr) check_cache(*cache, n);
-        require<OptionError>(cache == nullptr || scratch.kernels == nullptr, "MultiHeadAttention::forward: a KV cache "
-                             "cannot be combined with the scratch's replacement kernels (a slice of a sequence)");
-        if (n == 0) return;
-        // The kernels read S = length + N keys (DINT's column sums): room for the whole cache, once.
-        if (cache != nullptr) scratch.reserve_keys(cache->capacity());
-        // Without a cache, this call's keys and values live in the scratch: an empty cache with no history.
-        KvCacheView<T> scratch_view{MatrixRef<T>(scratch.k), MatrixRef<T>(scratch.v), 0, nullptr, &scratch.rotary};
-        KvCacheView<T>& kv = cache != nullptr ? *cache : scratch_view;
-        // Positions count from the first token, cache included, or from the slice's first row.
-        const Index first_position = scratch.kernels != nullptr ? scratch.kernels->first_position() : kv.length;
-        const Index seq_len_kv = kv.length + n;  // S
-        auto q = scratch.q.topRows(n);                      // [N x q_width]
-        auto k = kv.keys.middleRows(kv.length, n);          // [N x k_width] this call's keys, in the cache
-        auto v = kv.values.middleRows(kv.length, n);        // [N x v_width] this call's values, in the cache
-        auto heads = scratch.heads.topRows(n);              // [N x out_width]
+        if (cache == nullptr) {  // this call's keys and values live in the scratch: an empty cache, no history
+            forward_sequences(x, out, scratch, context, 1,
+                              [&](Index) { return SequenceRows<T>{scratch_cache(scratch), 0, n}; }, false);
+        } else {
+            forward_sequences(x, out, scratch, context, 1, [&](Index) { return SequenceRows<T>{*cache, 0, n}; }, true);
+        }
+    }
 
-        // 1. Projections (docs/math.md §3.1-3.4).
+    /// A batched step (docs/math.md §6): the rows of x continue `count` sequences; sequence(s)
+    /// returns the SequenceRows of sequence s (its cache view and its rows, which follow those of
+    /// sequence s - 1). The projections and the output projection run once over all rows (the
+    /// weights are read once for the whole batch); rotary, the cache writes and the heads run per
+    /// sequence, the heads of all sequences together on the context's threads. Each sequence gets
+    /// what forward(its rows, ..., its cache) gives it. ShapeError if the rows do not tile x, two
+    /// sequences share a cache, or a cache has no room; as forward() otherwise. A refused call
+    /// changes no cache.
+    template <typename Sequences>
+    void forward(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch,
+                 const ExecutionContext& context, Index count, const Sequences& sequence) const {
+        forward_sequences(x, out, scratch, context, count, sequence, true);
+    }
+
+private:
+    /// The cache view over the scratch's own K and V rows: the plain forward, positions from 0.
+    static KvCacheView<T> scratch_cache(AttentionScratch<T>& scratch) {
+        return KvCacheView<T>{MatrixRef<T>(scratch.k), MatrixRef<T>(scratch.v), 0, nullptr, &scratch.rotary};
+    }
+
+    /// The one forward path: prefill, decode, batched decode and the plain forward (cached false:
+    /// one sequence over scratch_cache) differ only in the caches the sequences hold.
+    template <typename Sequences>
+    void forward_sequences(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch,
+                           const ExecutionContext& context, Index count, const Sequences& sequence,
+                           bool cached) const {
+        constexpr const char* function = "MultiHeadAttention::forward";
+        const Index n = x.rows();
+        check_call(x, out, scratch);
+        check_sequences(count, sequence, n, cached);
+        require<OptionError>(!cached || scratch.kernels == nullptr, function, ": a KV cache cannot be combined with "
+                             "the scratch's replacement kernels (a slice of a sequence)");
+        if (n == 0) return;
+        auto q = scratch.q.topRows(n);          // [N x q_width]
+        auto k = scratch.k.topRows(n);          // [N x k_width] this call's keys
+        auto v = scratch.v.topRows(n);          // [N x v_width] this call's values
+        auto heads = scratch.heads.topRows(n);  // [N x out_width]
+
+        // 1. Projections of all rows (docs/math.md §3.1-3.4).
         project_queries_and_keys(x, q, k, scratch, context);
         linear<T>(x, weights_.v_proj, v, context);
-
-        // 2. Rotary on every query and key map (docs/math.md §3.1, the family's style and frequencies);
-        //    positions start at the cache length.
-        kv.rotary->apply(q, first_position);
-        kv.rotary->apply(k, first_position);
-
-        // 3. Keys and values the heads attend to: the S = cached + N rows (S = N without a cache).
-        const ConstMatrixRef<T> keys = kv.keys.topRows(seq_len_kv);      // [S x k_width]
-        const ConstMatrixRef<T> values = kv.values.topRows(seq_len_kv);  // [S x v_width]
-
-        // 4. Per-kind scalars: the layer's lambda (DIFF family) or the per-token gates (diff_v2).
-        if (config_.kind == AttentionKind::diff_v2) {
+        if (config_.kind == AttentionKind::diff_v2) {  // the per-token gates
             auto gate = scratch.lambda_gate.topRows(n);  // [N x H]
             linear<T>(x, weights_.lambda_proj, gate, context);
             gate.array() = T(1) / (T(1) + (-gate.array()).exp());  // sigmoid
         }
-        AttentionOptions options;
-        options.mask = config_.mask();
-        HeadContext<T> head_context{config_,
-                                    q,
-                                    keys,
-                                    values,
-                                    heads,
-                                    config_.kind == AttentionKind::diff_v2 ? MatrixRef<T>(scratch.second.topRows(n))
-                                                                           : MatrixRef<T>(heads),
-                                    config_.kind == AttentionKind::diff_v2
-                                        ? ConstMatrixRef<T>(scratch.lambda_gate.topRows(n))
-                                        : ConstMatrixRef<T>(heads),
-                                    static_cast<T>(lambda()),
-                                    options,
-                                    kv.dint_histories,
-                                    scratch.kernels};
 
-        // 5. The heads: kernel, then subln and the output factor. The one switch from the runtime
-        //    kind to its compile-time policy.
-        switch (config_.kind) {
-            case AttentionKind::softmax: run_heads<SoftmaxHeads>(head_context, scratch, context); break;
-            case AttentionKind::diff:
-            case AttentionKind::shared_diff: run_heads<DiffHeads>(head_context, scratch, context); break;
-            case AttentionKind::dint: run_heads<DintHeads>(head_context, scratch, context); break;
-            case AttentionKind::diff_v2: run_heads<DiffV2Heads>(head_context, scratch, context); break;
+        // 2. Per sequence: rotary on every query and key map (docs/math.md §3.1, the family's style
+        //    and frequencies), positions from its cache length (or the slice's first row); its keys
+        //    and values go to its cache rows [length, length + rows).
+        Index capacity = 0;
+        for (Index s = 0; s < count; ++s) {
+            SequenceRows<T> rows_of_s = sequence(s);
+            KvCacheView<T>& kv = rows_of_s.cache;
+            const Index first = rows_of_s.first, rows = rows_of_s.rows;
+            const Index position = scratch.kernels != nullptr ? scratch.kernels->first_position() : kv.length;
+            kv.rotary->apply(q.middleRows(first, rows), position);
+            kv.rotary->apply(k.middleRows(first, rows), position);
+            if (kv.keys.data() != k.data()) {  // the plain forward's keys are already where it reads them
+                kv.keys.middleRows(kv.length, rows) = k.middleRows(first, rows);
+                kv.values.middleRows(kv.length, rows) = v.middleRows(first, rows);
+            }
+            capacity = std::max(capacity, kv.capacity());
         }
+        // The kernels read S = length + N keys (DINT's column sums): room for the longest cache, once.
+        if (cached) scratch.reserve_keys(capacity);
 
-        // 6. Output projection of the concatenated heads.
+        // 3. The heads of every sequence: kernel, then subln and the output factor.
+        run_heads(count, sequence, scratch, context);
+
+        // 4. Output projection of the concatenated heads of all rows.
         linear<T>(heads, weights_.out_proj, out, context);
     }
 
-private:
+    /// What a head of sequence s (its rows from `first`) sees: its queries, the S = length + rows
+    /// keys and values of its cache, its output rows.
+    HeadContext<T> head_context(const SequenceRows<T>& sequence, AttentionScratch<T>& scratch) const {
+        const Index first = sequence.first, rows = sequence.rows, seq_len_kv = sequence.cache.length + rows;
+        const bool v2 = config_.kind == AttentionKind::diff_v2;
+        auto heads = scratch.heads.middleRows(first, rows);
+        AttentionOptions options;
+        options.mask = config_.mask();
+        return HeadContext<T>{config_,
+                              scratch.q.middleRows(first, rows),
+                              sequence.cache.keys.topRows(seq_len_kv),
+                              sequence.cache.values.topRows(seq_len_kv),
+                              heads,
+                              v2 ? MatrixRef<T>(scratch.second.middleRows(first, rows)) : MatrixRef<T>(heads),
+                              v2 ? ConstMatrixRef<T>(scratch.lambda_gate.middleRows(first, rows))
+                                 : ConstMatrixRef<T>(heads),
+                              static_cast<T>(lambda()),
+                              options,
+                              sequence.cache.dint_histories,
+                              scratch.kernels};
+    }
+
+    /// Every head of every sequence, one task each (docs/math.md §3): the policy of the module's
+    /// kind (the one switch from the runtime kind to its compile-time policy), then subln and the
+    /// output factor.
+    template <typename Sequences>
+    void run_heads(Index count, const Sequences& sequence, AttentionScratch<T>& scratch,
+                   const ExecutionContext& context) const {
+        switch (config_.kind) {
+            case AttentionKind::softmax: run_heads<SoftmaxHeads>(count, sequence, scratch, context); break;
+            case AttentionKind::diff:
+            case AttentionKind::shared_diff: run_heads<DiffHeads>(count, sequence, scratch, context); break;
+            case AttentionKind::dint: run_heads<DintHeads>(count, sequence, scratch, context); break;
+            case AttentionKind::diff_v2: run_heads<DiffV2Heads>(count, sequence, scratch, context); break;
+        }
+    }
+
+    template <typename Policy, typename Sequences>
+    void run_heads(Index count, const Sequences& sequence, AttentionScratch<T>& scratch,
+                   const ExecutionContext& context) const {
+        const Index n_heads = config_.n_heads;
+        const bool subln = config_.has_subln();
+        const T output_scale = static_cast<T>(config_.output_scale());
+        // About 2 N S (query width + output width) flops per sequence: Q K^T and P V of every head.
+        double flops = 0;
+        Index most_rows = 0;
+        for (Index s = 0; s < count; ++s) {
+            const SequenceRows<T> rows_of_s = sequence(s);
+            const Index rows = rows_of_s.rows;
+            flops += 2.0 * static_cast<double>(rows) * static_cast<double>(rows_of_s.cache.length + rows) *
+                     static_cast<double>(config_.q_width() + config_.out_width());
+            most_rows = std::max(most_rows, rows);
+        }
+        // Replacement kernels may communicate: their calls come in the same order on every rank.
+        ExecutionContext heads_context = context;
+        if (scratch.kernels != nullptr) heads_context.threads = 1;
+        detail::for_each_head(count * n_heads, most_rows, flops, heads_context, scratch.workspaces,
+                              [&](Index task, AttentionWorkspace<T>& workspace, int kernel_threads) {
+                                  const Index h = task % n_heads;
+                                  const HeadContext<T> call = head_context(sequence(task / n_heads), scratch);
+                                  Policy::run(call, h, workspace, kernel_threads);
+                                  if (subln) {
+                                      auto head = call.output(h);  // [rows x 2d]
+                                      weights_.subln.apply(head, head, output_scale);
+                                  }
+                              });
+    }
+
     void check_call(const ConstMatrixRef<T>& x, const MatrixRef<T>& out, const AttentionScratch<T>& scratch) const {
         constexpr const char* function = "MultiHeadAttention::forward";
         detail::require_shape(function, detail::named("x", x), x.rows(), config_.d_model);
@@ -249,6 +331,25 @@ private:
         require<ShapeError>(scratch.fits(config_, config_.kind == AttentionKind::shared_diff && !merged_), function,
                             ": the scratch was built for another attention geometry (make it from this module's "
                             "config())");
+    }
+
+    /// The sequences of a call of n rows: their rows tile [0, n) in order; with caches (cached), each
+    /// cache fits this module with room for its rows, and no two share storage.
+    template <typename Sequences>
+    void check_sequences(Index count, const Sequences& sequence, Index n, bool cached) const {
+        constexpr const char* function = "MultiHeadAttention::forward";
+        require<ShapeError>(count >= 1, function, ": a call needs at least one sequence, got ", count);
+        Index next = 0;
+        for (Index s = 0; s < count; ++s) {
+            const SequenceRows<T> rows = sequence(s);
+            require<ShapeError>(rows.rows >= 0 && rows.first == next, function, ": sequence ", s, " has rows [",
+                                rows.first, ", ", rows.first + rows.rows, ") but its rows must start at ", next,
+                                " (after the sequences before it)");
+            next += rows.rows;
+            if (cached) check_cache(rows.cache, rows.rows);
+        }
+        require<ShapeError>(next == n, function, ": the sequences hold ", next, " rows but x has ", n);
+        require_distinct_caches(function, count, [&](Index s) { return sequence(s).cache.keys.data(); });
     }
 
     void check_cache(const KvCacheView<T>& cache, Index n) const {
@@ -280,26 +381,6 @@ private:
         }
         linear<T>(x, weights_.q_proj, q, context);
         linear<T>(x, weights_.k_proj, k, context);
-    }
-
-    template <typename Policy>
-    void run_heads(const HeadContext<T>& call, AttentionScratch<T>& scratch, const ExecutionContext& context) const {
-        const bool subln = config_.has_subln();
-        const T output_scale = static_cast<T>(config_.output_scale());
-        // About 2 N S (query width + output width) flops: Q K^T and P V of every head.
-        const double flops = 2.0 * static_cast<double>(call.q.rows()) * static_cast<double>(call.k.rows()) *
-                             static_cast<double>(call.q.cols() + call.heads.cols());
-        // Replacement kernels may communicate: their calls come in the same order on every rank.
-        ExecutionContext heads_context = context;
-        if (call.kernels != nullptr) heads_context.threads = 1;
-        detail::for_each_head(config_.n_heads, call.q.rows(), flops, heads_context, scratch.workspaces,
-                              [&](Index h, AttentionWorkspace<T>& workspace, int kernel_threads) {
-                                  Policy::run(call, h, workspace, kernel_threads);
-                                  if (subln) {
-                                      auto head = call.output(h);  // [N x 2d]
-                                      weights_.subln.apply(head, head, output_scale);
-                                  }
-                              });
     }
 
     AttentionConfig config_;

@@ -71,18 +71,37 @@ struct DecoderLayer {
     /// (MultiHeadAttention::forward).
     void forward(MatrixRef<T> x, LayerScratch<T>& scratch, const ExecutionContext& context,
                  KvCacheView<T>* cache = nullptr) const {
+        forward(x, scratch, context, [&](auto normed, auto branch) {
+            self_attn.forward(normed, branch, scratch.attention, context, cache);
+        });
+    }
+
+    /// A batched step: the rows of x continue `count` sequences, each with its own cache
+    /// (MultiHeadAttention's batched forward, sequence(s) its SequenceRows); norms and SwiGLU run
+    /// once over all rows.
+    template <typename Sequences>
+    void forward_batch(MatrixRef<T> x, LayerScratch<T>& scratch, const ExecutionContext& context, Index count,
+                       const Sequences& sequence) const {
+        forward(x, scratch, context, [&](auto normed, auto branch) {
+            self_attn.forward(normed, branch, scratch.attention, context, count, sequence);
+        });
+    }
+
+private:
+    /// The layer around its attention call `attend(normed, branch)`.
+    template <typename Attend>
+    void forward(MatrixRef<T> x, LayerScratch<T>& scratch, const ExecutionContext& context, Attend&& attend) const {
         const Index n = x.rows();
         auto normed = scratch.normed.topRows(n);  // [N x D]
         auto branch = scratch.branch.topRows(n);  // [N x D]
         input_layernorm(x, normed);                                            // RMSNorm_in(X)
-        self_attn.forward(normed, branch, scratch.attention, context, cache);  // Attn(RMSNorm_in(X))
+        attend(normed, branch);                                                // Attn(RMSNorm_in(X))
         x += branch;                                                           // Y = X + Attn(...)
         post_attention_layernorm(x, normed);                                   // RMSNorm_post(Y)
         mlp(normed, branch, scratch.mlp, context);                             // SwiGLU(RMSNorm_post(Y))
         x += branch;                                                           // X' = Y + SwiGLU(...)
     }
 
-private:
     static void list_tensors(Index d_model, const AttentionConfig& attention, Index d_ff, MlpActivation activation,
                              const std::string& prefix, ParameterList<T>& list, DecoderLayer* layer) {
         list.add(prefix + "input_layernorm.weight", d_model, layer ? &layer->input_layernorm.weight : nullptr);

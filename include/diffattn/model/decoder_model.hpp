@@ -205,6 +205,48 @@ public:
         project_logits(x, state, logits);
     }
 
+    /// A batched decode step (continuous batching, docs/math.md §6): token b continues the sequence
+    /// of caches[b], at position caches[b]->length(); logits [B x V], row b for sequence b. Each
+    /// layer's projections and SwiGLU run once over the B rows, so the weights are read once for
+    /// the whole batch, and each sequence attends over its own cache; then every cache grows by
+    /// one. Row b equals forward({tokens[b]}, state, ..., caches[b]) up to rounding (docs/math.md
+    /// §7). Sequences join (after a prefill of their prompt through forward() with their cache)
+    /// and leave (simply not passed) between steps; their caches may hold different lengths.
+    ///
+    /// Throws ShapeError for tokens and caches of different counts, more sequences than the
+    /// state's max_len, a null cache, two entries sharing one cache, or what forward() refuses for
+    /// a cache or a token; a refused call changes no cache. (Should a layer throw after these
+    /// checks, every cache of the batch is reset, as its layers would disagree.)
+    void forward_batch(const std::vector<Token>& tokens, const std::vector<KvCache<T>*>& caches, ForwardState<T>& state,
+                       MatrixRef<T> logits) const {
+        constexpr const char* function = "DecoderModel::forward_batch";
+        const Index batch = static_cast<Index>(tokens.size());
+        require<ShapeError>(caches.size() == tokens.size(), function, ": ", tokens.size(), " tokens but ",
+                            caches.size(), " caches (one token per sequence, one cache each)");
+        check_call(tokens, state, logits, function);
+        for (Index b = 0; b < batch; ++b) {
+            KvCache<T>* cache = caches[static_cast<std::size_t>(b)];
+            require<ShapeError>(cache != nullptr, function, ": cache ", b, " is null");
+            cache->check_serves(function, config_, 1);
+        }
+        require_distinct_caches(function, batch, [&](Index b) { return caches[static_cast<std::size_t>(b)]; });
+        if (batch == 0) return;
+        auto x = embed(tokens, state);  // [B x D] residual stream, row b of sequence b
+        try {
+            for (std::size_t i = 0; i < layers.size(); ++i) {
+                const auto sequence = [&](Index b) {  // row b continues caches[b]
+                    return SequenceRows<T>{caches[static_cast<std::size_t>(b)]->view(static_cast<Index>(i)), b, 1};
+                };
+                layers[i].forward_batch(x, state.layer, state.context(), batch, sequence);
+            }
+        } catch (...) {
+            for (KvCache<T>* cache : caches) cache->reset();
+            throw;
+        }
+        for (KvCache<T>* cache : caches) cache->advance(1);
+        project_logits(x, state, logits);
+    }
+
     /// The plain forward above (no cache), calling `observe(i, attention)` after layer i with that
     /// layer's attention scratch, read-only: rows [0, N) of its q, k and v then hold the layer's
     /// rotated queries [N x q_width], rotated keys [N x k_width] and values [N x v_width]
@@ -310,14 +352,15 @@ private:
     }
 
     /// check_call, and logits [N x V].
-    void check_call(const std::vector<Token>& tokens, const ForwardState<T>& state, const MatrixRef<T>& logits) const {
-        check_call(tokens, state);
-        detail::require_shape("DecoderModel::forward", detail::named("logits", logits),
+    void check_call(const std::vector<Token>& tokens, const ForwardState<T>& state, const MatrixRef<T>& logits,
+                    const char* function = "DecoderModel::forward") const {
+        check_call(tokens, state, function);
+        detail::require_shape(function, detail::named("logits", logits),
                               static_cast<Index>(tokens.size()), config_.vocab_size);
     }
 
-    void check_call(const std::vector<Token>& tokens, const ForwardState<T>& state) const {
-        constexpr const char* function = "DecoderModel::forward";
+    void check_call(const std::vector<Token>& tokens, const ForwardState<T>& state,
+                    const char* function = "DecoderModel::forward") const {
         const Index n = static_cast<Index>(tokens.size());
         require<ShapeError>(n <= state.max_len(), function, ": ", n, " tokens but the ForwardState holds at most ",
                             state.max_len(), " (make_state(max_len))");

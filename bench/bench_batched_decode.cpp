@@ -1,0 +1,179 @@
+// Batched decoding (DecoderModel::forward_batch, docs/math.md §6) and the decode-time projections,
+// held against the memory roofline.
+//
+// Model: seeded DIFF with GQA, hidden_size 1024, 8 layers, 16 heads over 4 key/value heads (maps of
+// 32), intermediate_size 2816, vocab 8192: 98M parameters, 392 MB in float, a layout of the
+// released checkpoints' kind (docs/checkpoints.md) at a size this machine decodes in milliseconds.
+// Its cache takes 16 KB per token, so at context 1024 the weights are 24x one sequence's cache:
+// a step is dominated by reading the weights, which a batch shares.
+//
+//   stream_read/threads:<T>     the yardstick: the bandwidth of a vectorised sum over 512 MB.
+//   batched_decode/batch:<B>/context:<C>/threads:<T>
+//                               B sequences, each with its own cache holding C tokens (one prefill,
+//                               copied B times, outside the timing); each iteration is one
+//                               forward_batch step feeding one token to every sequence.
+//   linear/rows:<N>/threads:<T> the decode-time projection y = x W^T (layers/linear.hpp) of N
+//                               tokens by the model's SwiGLU gate weight [2816 x 1024].
+// Counters: tokens/s (B per step); step_bytes, what a step must read at least (every weight but
+// the token embedding, of which B rows, and each sequence's cached keys and values); roofline_tokens/s
+// = B * bandwidth / step_bytes; roofline_share = tokens/s / roofline_tokens/s. linear: bytes the
+// weight holds, and the share of the stream bandwidth its read reaches.
+//
+// Run: bench_batched_decode --benchmark_counters_tabular=true   (--quick: batches 1 and 8 only)
+#include "bench_common.hpp"
+
+#include "diffattn/layers/linear.hpp"
+#include "diffattn/model/decoder_model.hpp"
+#include "diffattn/model/kv_cache.hpp"
+
+#include <benchmark/benchmark.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+namespace {
+
+using namespace diffattn;
+
+constexpr Index kSteps = 16;  // iterations of a batched benchmark: steps per run
+
+ModelConfig bench_config() {
+    ModelConfig c;
+    c.attention = AttentionKind::diff;
+    c.hidden_size = 1024;
+    c.num_attention_heads = 16;
+    c.num_key_value_heads = 4;
+    c.num_hidden_layers = 8;
+    c.intermediate_size = 2816;
+    c.vocab_size = 8192;
+    return c;
+}
+
+const DecoderModel<float>& bench_model() {
+    static const DecoderModel<float> model = DecoderModel<float>::seeded(bench_config(), 2024);
+    return model;
+}
+
+/// A cache holding `context` tokens of the bench model, prefilled once per context.
+const KvCache<float>& prefilled(Index context) {
+    static std::map<Index, std::unique_ptr<KvCache<float>>> caches;
+    auto& cache = caches[context];
+    if (!cache) {
+        const DecoderModel<float>& model = bench_model();
+        cache = std::make_unique<KvCache<float>>(model.make_cache(context + kSteps));
+        std::vector<Token> prompt;
+        for (Index i = 0; i < context; ++i) prompt.push_back(static_cast<Token>((131 * i + 7) % 8192));
+        ForwardState<float> state = model.make_state(context, 2);
+        model.forward(prompt, state, cache.get());
+    }
+    return *cache;
+}
+
+/// Bytes a step of `batch` sequences at `context` cached tokens must read at least.
+double step_bytes(const DecoderModel<float>& model, Index batch, Index context) {
+    const ModelConfig& c = model.config();
+    const AttentionConfig a = c.attention_config();
+    double weights = static_cast<double>(model.parameter_count());
+    if (!c.tie_word_embeddings) weights -= static_cast<double>((c.vocab_size - batch) * c.hidden_size);
+    const double cache = static_cast<double>(batch) * static_cast<double>(c.num_hidden_layers) *
+                         static_cast<double>(context) * static_cast<double>(a.k_width() + a.v_width());
+    return (weights + cache) * sizeof(float);
+}
+
+void BM_stream_read(benchmark::State& state, int threads) {
+    bench::stream_sum(threads);
+    const auto start = bench::Clock::now();
+    for (auto _ : state) benchmark::DoNotOptimize(bench::stream_sum(threads));
+    state.counters["bytes_per_second"] =
+        static_cast<double>(bench::kStreamBytes) * state.iterations() / bench::seconds_since(start);
+}
+
+void BM_batched_decode(benchmark::State& state, Index batch, Index context, int threads) {
+    const DecoderModel<float>& model = bench_model();
+    std::vector<KvCache<float>> caches(static_cast<std::size_t>(batch), prefilled(context));
+    std::vector<KvCache<float>*> pointers;
+    for (KvCache<float>& cache : caches) pointers.push_back(&cache);
+    ForwardState<float> buffers = model.make_state(batch, threads);
+    RowMatrix<float> logits(batch, model.config().vocab_size);
+    std::vector<Token> next(static_cast<std::size_t>(batch), 1);
+    const auto start = bench::Clock::now();
+    for (auto _ : state) {
+        if (caches.front().remaining() == 0) state.SkipWithError("cache full: run with the fixed iteration count");
+        model.forward_batch(next, pointers, buffers, logits);
+        for (Index b = 0; b < batch; ++b) {  // greedy: each sequence's next token
+            Index best = 0;
+            logits.row(b).maxCoeff(&best);
+            next[static_cast<std::size_t>(b)] = static_cast<Token>(best);
+        }
+        benchmark::DoNotOptimize(next.data());
+    }
+    const double seconds = bench::seconds_since(start);
+    const double tokens_per_second = static_cast<double>(batch * state.iterations()) / seconds;
+    const double bytes = step_bytes(model, batch, context + kSteps / 2);
+    const double roofline = static_cast<double>(batch) * bench::stream_bandwidth(threads) / bytes;
+    state.counters["tokens/s"] = tokens_per_second;
+    state.counters["step_ms"] = 1e3 * seconds / static_cast<double>(state.iterations());
+    state.counters["step_bytes"] = bytes;
+    state.counters["roofline_tokens/s"] = roofline;
+    state.counters["roofline_share"] = tokens_per_second / roofline;
+}
+
+void BM_linear(benchmark::State& state, Index rows, int threads) {
+    const RowMatrix<float> weight = bench::random_matrix(2816, 1024, 3, 0.03f);
+    const RowMatrix<float> x = bench::random_matrix(rows, 1024, 4);
+    RowMatrix<float> y(rows, 2816);
+    ExecutionContext context{threads};
+    context.min_parallel_flops = 0;  // the thread count asked for, however small the product
+    linear<float>(x, weight, y, context);
+    const auto start = bench::Clock::now();
+    for (auto _ : state) {
+        linear<float>(x, weight, y, context);
+        benchmark::DoNotOptimize(y.data());
+    }
+    const double seconds = bench::seconds_since(start) / static_cast<double>(state.iterations());
+    const double bytes = static_cast<double>(weight.size()) * sizeof(float);
+    state.counters["weight_bytes"] = bytes;
+    state.counters["GB/s"] = bytes / seconds / 1e9;
+    state.counters["bandwidth_share"] = bytes / seconds / bench::stream_bandwidth(threads);
+}
+
+void register_all(const bench::BenchArgs& args) {
+    for (int threads : {1, 2}) {
+        bench::Name name("stream_read");
+        name("threads", threads);
+        benchmark::RegisterBenchmark(name.str().c_str(), [=](benchmark::State& s) { BM_stream_read(s, threads); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond)
+            ->Iterations(5);
+    }
+    const std::vector<Index> batches = args.quick ? std::vector<Index>{1, 8} : std::vector<Index>{1, 2, 4, 8, 16};
+    for (Index batch : batches) {
+        for (int threads : {1, 2}) {
+            bench::Name name("batched_decode");
+            name("batch", batch)("context", 1024)("threads", threads);
+            benchmark::RegisterBenchmark(name.str().c_str(),
+                                         [=](benchmark::State& s) { BM_batched_decode(s, batch, 1024, threads); })
+                ->UseRealTime()
+                ->Unit(benchmark::kMillisecond)
+                ->Iterations(kSteps);
+        }
+    }
+    for (Index rows : batches) {
+        for (int threads : {1, 2}) {
+            bench::Name name("linear");
+            name("rows", rows)("threads", threads);
+            benchmark::RegisterBenchmark(name.str().c_str(), [=](benchmark::State& s) { BM_linear(s, rows, threads); })
+                ->UseRealTime()
+                ->Unit(benchmark::kMillisecond);
+        }
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const bench::BenchArgs args = bench::BenchArgs::parse(argc, argv);
+    register_all(args);
+    return bench::run_main(argc, argv, args);
+}
