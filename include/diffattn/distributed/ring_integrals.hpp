@@ -102,7 +102,7 @@ void add_a1_column_sums(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1
             const Index visit_end = block_visit_end(mask, b, b + b_rows);
             for (Index k_begin = 0; k_begin < visit_end; k_begin += kKeyTile) {
                 auto tile = scratch.logits.topLeftCorner(b_rows, std::min(kKeyTile, visit_end - k_begin));
-                a1(b, group_begin, k_begin, tile, nullptr);  // unpacked: each tile is used once
+                a1(b, group_begin, k_begin, tile, nullptr, scratch.key_tile);  // unpacked: each tile is used once
                 sums.segment(k_begin, tile.cols()) += tile.colwise().sum().transpose();
             }
         }

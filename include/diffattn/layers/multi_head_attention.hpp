@@ -15,7 +15,9 @@
 // (layers/kv_cache_view.hpp) after its `length` earlier rows, the heads read all S = length + N
 // rows (the kernels' S >= N form, causal offset S - N), positions start at `length` and DINT heads
 // pass their per-head DintHistory. Without a cache the same path runs over a view of the scratch
-// with length 0: prefill, decode and the plain forward are one code path.
+// with length 0: prefill, decode and the plain forward are one code path. A cache that stores its
+// keys and values in half precision (KvPrecision) gets the new rows projected and rotated in the
+// scratch, then stored converted; the kernels widen the cached rows tile by tile.
 #pragma once
 
 #include "diffattn/core/checks.hpp"
@@ -157,7 +159,7 @@ public:
     ///   its own scratch.
     void forward(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch,
                  const ExecutionContext& context = {}) const {
-        forward(x, out, scratch, context, nullptr);
+        forward(x, out, scratch, context, static_cast<KvCacheView<T>*>(nullptr));
     }
 
     /// As above for N new tokens after the `cache->length` tokens of a KV cache (docs/math.md §6): their
@@ -167,8 +169,10 @@ public:
     /// (its owner does that after the last layer). Needs a causal module (not "causal": false, not
     /// DINT global_mean: OptionError) and room for N more rows (ShapeError). The first call with a
     /// cache longer than the scratch's max_len grows the scratch's kernel workspaces once.
+    /// S: the scalar the cache stores keys and values in (KvScalar); the new rows are rounded to it.
+    template <typename S>
     void forward(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch,
-                 const ExecutionContext& context, KvCacheView<T>* cache) const {
+                 const ExecutionContext& context, KvCacheView<T, S>* cache) const {
         const Index n = x.rows();
         check_call(x, out, scratch);
         if (cache != nullptr) check_cache(*cache, n);
@@ -177,16 +181,41 @@ public:
         if (n == 0) return;
         // The kernels read S = length + N keys (DINT's column sums): room for the whole cache, once.
         if (cache != nullptr) scratch.reserve_keys(cache->capacity());
-        // Without a cache, this call's keys and values live in the scratch: an empty cache with no history.
-        KvCacheView<T> scratch_view{MatrixRef<T>(scratch.k), MatrixRef<T>(scratch.v), 0, nullptr, &scratch.rotary};
-        KvCacheView<T>& kv = cache != nullptr ? *cache : scratch_view;
+        if constexpr (std::is_same_v<S, T>) {
+            // Without a cache, this call's keys and values live in the scratch: an empty cache with no history.
+            KvCacheView<T> scratch_view{MatrixRef<T>(scratch.k), MatrixRef<T>(scratch.v), 0, nullptr,
+                                        &scratch.rotary};
+            attend(x, out, scratch, context, cache != nullptr ? *cache : scratch_view);
+        } else if (cache == nullptr) {
+            forward(x, out, scratch, context);  // no cache: the plain forward
+        } else {
+            attend(x, out, scratch, context, *cache);
+        }
+    }
+
+private:
+    /// forward() after its checks, over the cache (or the scratch's view) `kv`.
+    template <typename S>
+    void attend(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch,
+                const ExecutionContext& context, KvCacheView<T, S>& kv) const {
+        constexpr bool stores_t = std::is_same_v<S, T>;
+        const Index n = x.rows();
         // Positions count from the first token, cache included, or from the slice's first row.
         const Index first_position = scratch.kernels != nullptr ? scratch.kernels->first_position() : kv.length;
         const Index seq_len_kv = kv.length + n;  // S
-        auto q = scratch.q.topRows(n);                      // [N x q_width]
-        auto k = kv.keys.middleRows(kv.length, n);          // [N x k_width] this call's keys, in the cache
-        auto v = kv.values.middleRows(kv.length, n);        // [N x v_width] this call's values, in the cache
-        auto heads = scratch.heads.topRows(n);              // [N x out_width]
+        // This call's keys and values: straight in the cache when it stores T, else in the scratch
+        // until they are rotated, then stored converted (docs/math.md §6).
+        const auto new_rows = [&](MatrixRef<S>& cached, RowMatrix<T>& staged) -> MatrixRef<T> {
+            if constexpr (stores_t) {
+                return cached.middleRows(kv.length, n);
+            } else {
+                return staged.topRows(n);
+            }
+        };
+        auto q = scratch.q.topRows(n);                         // [N x q_width]
+        MatrixRef<T> k = new_rows(kv.keys, scratch.k);         // [N x k_width]
+        MatrixRef<T> v = new_rows(kv.values, scratch.v);       // [N x v_width]
+        auto heads = scratch.heads.topRows(n);                 // [N x out_width]
 
         // 1. Projections (docs/math.md §3.1-3.4).
         project_queries_and_keys(x, q, k, scratch, context);
@@ -196,10 +225,14 @@ public:
         //    positions start at the cache length.
         kv.rotary->apply(q, first_position);
         kv.rotary->apply(k, first_position);
+        if constexpr (!stores_t) {
+            kv.keys.middleRows(kv.length, n) = k.template cast<S>();
+            kv.values.middleRows(kv.length, n) = v.template cast<S>();
+        }
 
         // 3. Keys and values the heads attend to: the S = cached + N rows (S = N without a cache).
-        const ConstMatrixRef<T> keys = kv.keys.topRows(seq_len_kv);      // [S x k_width]
-        const ConstMatrixRef<T> values = kv.values.topRows(seq_len_kv);  // [S x v_width]
+        const ConstMatrixRef<S> keys = kv.keys.topRows(seq_len_kv);      // [S x k_width]
+        const ConstMatrixRef<S> values = kv.values.topRows(seq_len_kv);  // [S x v_width]
 
         // 4. Per-kind scalars: the layer's lambda (DIFF family) or the per-token gates (diff_v2).
         if (config_.kind == AttentionKind::diff_v2) {
@@ -209,7 +242,7 @@ public:
         }
         AttentionOptions options;
         options.mask = config_.mask();
-        HeadContext<T> head_context{config_,
+        HeadContext<T, S> head_context{config_,
                                     q,
                                     keys,
                                     values,
@@ -238,7 +271,6 @@ public:
         linear<T>(heads, weights_.out_proj, out, context);
     }
 
-private:
     void check_call(const ConstMatrixRef<T>& x, const MatrixRef<T>& out, const AttentionScratch<T>& scratch) const {
         constexpr const char* function = "MultiHeadAttention::forward";
         detail::require_shape(function, detail::named("x", x), x.rows(), config_.d_model);
@@ -251,7 +283,8 @@ private:
                             "config())");
     }
 
-    void check_cache(const KvCacheView<T>& cache, Index n) const {
+    template <typename S>
+    void check_cache(const KvCacheView<T, S>& cache, Index n) const {
         constexpr const char* function = "MultiHeadAttention::forward";
         require_kv_cache_support(function, config_);
         require<ShapeError>(cache.keys.cols() == config_.k_width() && cache.values.cols() == config_.v_width() &&
@@ -282,8 +315,8 @@ private:
         linear<T>(x, weights_.k_proj, k, context);
     }
 
-    template <typename Policy>
-    void run_heads(const HeadContext<T>& call, AttentionScratch<T>& scratch, const ExecutionContext& context) const {
+    template <typename Policy, typename S>
+    void run_heads(const HeadContext<T, S>& call, AttentionScratch<T>& scratch, const ExecutionContext& context) const {
         const bool subln = config_.has_subln();
         const T output_scale = static_cast<T>(config_.output_scale());
         // About 2 N S (query width + output width) flops: Q K^T and P V of every head.

@@ -68,9 +68,10 @@ struct DecoderLayer {
     /// x [N x D], the residual stream, updated in place; scratch sized for >= N tokens; attention
     /// and SwiGLU run as `context` allows. cache: this layer's KV cache (the N tokens follow its
     /// `length` cached ones), or null for a plain forward over positions 0 .. N-1
-    /// (MultiHeadAttention::forward).
+    /// (MultiHeadAttention::forward; S the scalar the cache stores keys and values in).
+    template <typename S = T>
     void forward(MatrixRef<T> x, LayerScratch<T>& scratch, const ExecutionContext& context,
-                 KvCacheView<T>* cache = nullptr) const {
+                 KvCacheView<T, S>* cache = nullptr) const {
         const Index n = x.rows();
         auto normed = scratch.normed.topRows(n);  // [N x D]
         auto branch = scratch.branch.topRows(n);  // [N x D]

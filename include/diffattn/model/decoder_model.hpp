@@ -194,8 +194,10 @@ public:
         auto x = embed(tokens, state);  // [N x D] residual stream
         try {
             for (std::size_t i = 0; i < layers.size(); ++i) {
-                KvCacheView<T> view = cache->view(static_cast<Index>(i));  // [cached + N rows] of layer i
-                layers[i].forward(x, state.layer, state.context(), &view);
+                // [cached + N rows] of layer i, in the cache's stored scalar
+                cache->with_view(static_cast<Index>(i), [&](auto& view) {
+                    layers[i].forward(x, state.layer, state.context(), &view);
+                });
             }
         } catch (...) {
             cache->reset();
@@ -239,7 +241,10 @@ public:
     /// An empty KV cache for sequences of up to max_len tokens of this model (KvCache's
     /// constructor: OptionError for an encoder or DINT global_mean model; ShapeError for max_len
     /// outside [1, ModelConfig::max_positions] or a cache larger than the machine's memory).
-    KvCache<T> make_cache(Index max_len) const { return KvCache<T>(config_, max_len); }
+    /// `precision`: the scalar keys and values are stored in (KvPrecision; f32 = the model's T).
+    KvCache<T> make_cache(Index max_len, KvPrecision precision = KvPrecision::f32) const {
+        return KvCache<T>(config_, max_len, precision);
+    }
 
     /// Convenience: a fresh single-threaded state and a new logits matrix [N x V].
     RowMatrix<T> logits(const std::vector<Token>& tokens) const {
