@@ -16,6 +16,7 @@
 #include "diffattn/kernels/mask.hpp"
 #include "diffattn/kernels/online_softmax.hpp"
 #include "diffattn/kernels/options.hpp"
+#include "diffattn/kernels/stored_rows.hpp"
 #include "diffattn/kernels/tile_product.hpp"
 
 #include <algorithm>

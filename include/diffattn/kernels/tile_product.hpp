@@ -12,7 +12,6 @@
 #include <Eigen/Core>
 
 #include <algorithm>
-#include <type_traits>
 
 // PackedProduct below calls Eigen's internal GEMM building blocks, whose signatures are those of
 // Eigen 3.4 (Debian 12's libeigen3-dev 3.4.0): refuse other versions clearly rather than fail
@@ -22,21 +21,6 @@
 #endif
 
 namespace diffattn::detail {
-
-/// Rows [begin, begin + count) of a key or value operand stored in the scalar S, as T: the rows
-/// themselves when S is T (no copy), else converted into `buffer` [>= count x cols], a tile of the
-/// thread's scratch. A half-precision KV cache is read at half the bytes and widened one tile at a
-/// time, never as a whole (docs/math.md §6).
-template <typename T, typename S>
-auto rows_as(const ConstMatrixRef<S>& m, Index begin, Index count, RowMatrix<T>& buffer) {
-    if constexpr (std::is_same_v<S, T>) {
-        return m.middleRows(begin, count);
-    } else {
-        auto tile = buffer.topLeftCorner(count, m.cols());
-        tile = m.middleRows(begin, count).template cast<T>();
-        return tile;
-    }
-}
 
 /// tile [rows x keys] = scale * queries [rows x d] keys [keys x d]^T, one matrix-vector product
 /// per query row (Eigen's GEMV over the row-major key tile: several keys per pass, no packing).
