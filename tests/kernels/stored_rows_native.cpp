@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -22,8 +23,9 @@ void check_every_pattern() {
         const auto b = static_cast<std::uint16_t>(bits);
         std::memcpy(&all[bits], &b, sizeof b);
     }
-    std::vector<float> widened(all.size() + 8, 12345.0f);
+    std::vector<float> widened(all.size() + 8);
     for (Index offset : {Index(0), Index(1), Index(5)}) {  // unaligned starts, all tail lengths
+        std::fill(widened.begin(), widened.end(), 12345.0f);
         const auto n = static_cast<Index>(all.size()) - offset;
         detail::widen(all.data() + offset, widened.data(), n);
         Index mismatches = 0;
