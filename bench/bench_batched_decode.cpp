@@ -13,7 +13,8 @@
 //                               copied B times, outside the timing); each iteration is one
 //                               forward_batch step feeding one token to every sequence.
 //   linear/rows:<N>/threads:<T> the decode-time projection y = x W^T (layers/linear.hpp) of N
-//                               tokens by the model's SwiGLU gate weight [2816 x 1024].
+//                               tokens by a weight of a 7B model's SwiGLU, [11008 x 4096] (180 MB:
+//                               past every cache, so it streams from memory).
 // Counters: tokens/s (B per step); step_bytes, what a step must read at least (every weight but
 // the token embedding, of which B rows, and each sequence's cached keys and values); roofline_tokens/s
 // = B * bandwidth / step_bytes; roofline_share = tokens/s / roofline_tokens/s. linear: bytes the
@@ -120,9 +121,9 @@ void BM_batched_decode(benchmark::State& state, Index batch, Index context, int 
 }
 
 void BM_linear(benchmark::State& state, Index rows, int threads) {
-    const RowMatrix<float> weight = bench::random_matrix(2816, 1024, 3, 0.03f);
-    const RowMatrix<float> x = bench::random_matrix(rows, 1024, 4);
-    RowMatrix<float> y(rows, 2816);
+    static const RowMatrix<float> weight = bench::random_matrix(11008, 4096, 3, 0.03f);
+    const RowMatrix<float> x = bench::random_matrix(rows, 4096, 4);
+    RowMatrix<float> y(rows, 11008);
     ExecutionContext context{threads};
     context.min_parallel_flops = 0;  // the thread count asked for, however small the product
     linear<float>(x, weight, y, context);

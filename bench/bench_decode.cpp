@@ -13,11 +13,14 @@
 //                                         once, outside the timing); each iteration feeds one new
 //                                         token, so the context grows from `context` to
 //                                         `context` + 31 over the 32 iterations (a few per cent at 2048).
+//   decode_cached/kind:<k>/kv:<P>/context:<C>/threads:<T>  the same with a cache storing keys and
+//                                         values as P = f16 or bf16 (KvPrecision): half the bytes.
 //   decode_recompute/kind:<k>/context:<C>/threads:<T>  each iteration runs the full forward over
 //                                         context + 1 tokens, which is what producing one token
 //                                         costs without a cache; one iteration (8192 takes seconds).
 // Counters of decode_cached: tokens/s; step_bytes, what one step must read at least (every weight
-// but the token embedding, of which one row, and the cached keys and values of every layer once,
+// but the token embedding, of which one row, and the cached keys and values of every layer once
+// at their stored size,
 // plus DINT causal_softmax's column sums, read and written); roofline_tokens/s = bandwidth /
 // step_bytes with the stream_read bandwidth of the same thread count (measured once per thread
 // count, best of 3 passes); roofline_share = tokens/s / roofline_tokens/s (1 = at the memory
@@ -100,41 +103,44 @@ void BM_stream_read(benchmark::State& state, int threads) {
 /// Bytes one decode step at `context` cached tokens must read at least: the weights (the token
 /// embedding only one row, unless lm_head shares it) and the cached keys and values of every
 /// layer, and DINT causal_softmax's column sums (read and written).
-double step_bytes(const DecoderModel<float>& model, Index context) {
+double step_bytes(const DecoderModel<float>& model, Index context, KvPrecision precision) {
     const ModelConfig& c = model.config();
     const AttentionConfig a = c.attention_config();
     double weights = static_cast<double>(model.parameter_count());
     if (!c.tie_word_embeddings) weights -= static_cast<double>((c.vocab_size - 1) * c.hidden_size);
-    double cache = static_cast<double>(c.num_hidden_layers) * static_cast<double>(context) *
-                   static_cast<double>(a.k_width() + a.v_width());
+    const double cache = static_cast<double>(c.num_hidden_layers) * static_cast<double>(context) *
+                         static_cast<double>(a.k_width() + a.v_width()) *
+                         static_cast<double>(KvCache<float>::stored_scalar_bytes(precision));
+    double sums = 0;
     if (c.attention == AttentionKind::dint && c.dint_integral == DintIntegral::causal_softmax) {
-        cache += 2.0 * static_cast<double>(c.num_hidden_layers * c.num_attention_heads) * static_cast<double>(context);
+        sums = 2.0 * static_cast<double>(c.num_hidden_layers * c.num_attention_heads) * static_cast<double>(context);
     }
-    return (weights + cache) * sizeof(float);
+    return (weights + sums) * sizeof(float) + cache;
 }
 
 /// seconds: wall time of the benchmark loop (so tokens/s stays right with several threads).
-void set_counters(benchmark::State& state, int kind, const ModelConfig& config, Index context, double seconds) {
+void set_counters(benchmark::State& state, int kind, const ModelConfig& config, Index context, double seconds,
+                  KvPrecision precision = KvPrecision::f32) {
     state.counters["context"] = static_cast<double>(context);
     state.counters["tokens/s"] = static_cast<double>(state.iterations()) / seconds;
-    state.counters["cache_bytes_per_token"] = static_cast<double>(KvCache<float>::bytes_per_token(config));
+    state.counters["cache_bytes_per_token"] = static_cast<double>(KvCache<float>::bytes_per_token(config, precision));
     state.SetLabel(kKinds[kind].name);
 }
 
 /// The roofline counters of a decode benchmark at `context` (mid-run context) on `threads` threads.
 void set_roofline_counters(benchmark::State& state, const DecoderModel<float>& model, Index context, int threads,
-                           double seconds) {
-    const double bytes = step_bytes(model, context);
+                           double seconds, KvPrecision precision) {
+    const double bytes = step_bytes(model, context, precision);
     const double roofline = bench::stream_bandwidth(threads) / bytes;
     state.counters["step_bytes"] = bytes;
     state.counters["roofline_tokens/s"] = roofline;
     state.counters["roofline_share"] = static_cast<double>(state.iterations()) / seconds / roofline;
 }
 
-void BM_decode_cached(benchmark::State& state, int kind, Index context, int threads) {
+void BM_decode_cached(benchmark::State& state, int kind, Index context, int threads, KvPrecision precision) {
     const DecoderModel<float>& model = bench_model(kind);
     const std::vector<Token> prompt = bench_tokens(context, model.config().vocab_size);
-    KvCache<float> cache = model.make_cache(context + kDecodeSteps);
+    KvCache<float> cache = model.make_cache(context + kDecodeSteps, precision);
     ForwardState<float> state_buffers = model.make_state(context, threads);
     model.forward(prompt, state_buffers, &cache);  // prefill, not timed
     std::vector<Token> next = {1};
@@ -148,8 +154,8 @@ void BM_decode_cached(benchmark::State& state, int kind, Index context, int thre
         benchmark::DoNotOptimize(next.front());
     }
     const double seconds = bench::seconds_since(start);
-    set_counters(state, kind, model.config(), context, seconds);
-    set_roofline_counters(state, model, context + kDecodeSteps / 2, threads, seconds);
+    set_counters(state, kind, model.config(), context, seconds, precision);
+    set_roofline_counters(state, model, context + kDecodeSteps / 2, threads, seconds, precision);
 }
 
 void BM_decode_recompute(benchmark::State& state, int kind, Index context, int threads) {
@@ -181,15 +187,19 @@ void register_all(const bench::BenchArgs& args, bool long_contexts) {
         const bool cached = std::string(family) == "decode_cached";
         for (int kind = 0; kind < kKindCount; ++kind) {
             if (!cached && kind > 1) continue;  // the recompute yardstick: dint and diff
+          for (const KvPrecision precision : {KvPrecision::f32, KvPrecision::f16, KvPrecision::bf16}) {
+            if (!cached && precision != KvPrecision::f32) continue;  // the recompute has no cache
             for (Index context : contexts) {
                 if (!args.fits(context)) continue;
                 for (int threads : {1, 2}) {
                     bench::Name name(family);
-                    name("kind", kKinds[kind].name)("context", context)("threads", threads);
+                    name("kind", kKinds[kind].name);
+                    if (precision != KvPrecision::f32) name("kv", to_string(precision));
+                    name("context", context)("threads", threads);
                     benchmark::RegisterBenchmark(name.str().c_str(),
                                                  [=](benchmark::State& s) {
                                                      if (cached) {
-                                                         BM_decode_cached(s, kind, context, threads);
+                                                         BM_decode_cached(s, kind, context, threads, precision);
                                                      } else {
                                                          BM_decode_recompute(s, kind, context, threads);
                                                      }
@@ -199,6 +209,7 @@ void register_all(const bench::BenchArgs& args, bool long_contexts) {
                         ->Iterations(cached ? kDecodeSteps : 1);
                 }
             }
+          }
         }
     }
 }

@@ -13,6 +13,9 @@
 //                                              printed as one line "generated: <id> <id> ...";
 //                                              stops early at the model's end-of-sequence ids
 //   diffattn-forward --generate 16 --no-cache  the same, recomputing the full forward every step
+//   diffattn-forward --generate 16 --kv-cache f16
+//                                              the KV cache stores keys and values as f16 (or bf16):
+//                                              half the bytes; f32 (default) = the model's scalar
 //   diffattn-forward --model DIR --prompt "Hello" --generate 16
 //                                              text in (DIR/tokenizer.json), the continuation printed
 //                                              as text token by token as it is produced
@@ -102,6 +105,7 @@ struct Options {
     bool tokenize_only = false;         // --tokenize: print the prompt's ids and exit
     int generate = 0;                   // --generate K: tokens to generate (0: none)
     bool use_cache = true;              // --no-cache: full recompute at every generation step
+    KvPrecision kv_cache = KvPrecision::f32;  // --kv-cache f32|f16|bf16: the cache's stored scalar
     SamplingOptions sampling;           // --temperature, --top-k, --top-p, --seed (greedy by default)
     std::vector<std::string> sampling_flags;  // the sampling flags given, for the checks
 };
@@ -109,7 +113,8 @@ struct Options {
 void print_help(std::ostream& out) {
     out << "usage: diffattn-forward [--model DIR] [--tokens \"ID ID ...\" | --prompt TEXT [--tokenize]]\n"
            "                        [--logits FILE] [--threads T] [--precision float|double]\n"
-           "                        [--generate K [--no-cache] [--temperature X [--top-k K]\n"
+           "                        [--generate K [--no-cache | --kv-cache f32|f16|bf16]\n"
+           "                        [--temperature X [--top-k K]\n"
            "                        [--top-p P] [--seed S]]] [--help]\n"
            "\n"
            "Runs a differential-attention decoder (diffattn) over a token sequence and prints the\n"
@@ -146,6 +151,10 @@ void print_help(std::ostream& out) {
            "                     models (add --no-cache).\n"
            "  --no-cache         with --generate: recompute the full forward over all tokens at\n"
            "                     every step instead (same tokens, slower).\n"
+           "  --kv-cache P       with --generate: the scalar the KV cache stores keys and values\n"
+           "                     in: f32 (default; the model's own scalar, double with\n"
+           "                     --precision double), f16 or bf16 (half the bytes per token;\n"
+           "                     keys and values rounded to 11 / 8 significant bits).\n"
            "  --temperature X    with --generate: sample each token from softmax(logits / X)\n"
            "                     instead of taking the argmax; X > 0 (0, the default, is greedy).\n"
            "  --top-k K          with --temperature: sample among the K most likely tokens only.\n"
@@ -186,6 +195,17 @@ Options parse_arguments(int argc, char** argv) {
             options.generate = static_cast<int>(parse_integer(flag, value(), 1, 1000000));
         } else if (flag == "--no-cache") {
             options.use_cache = false;
+        } else if (flag == "--kv-cache") {
+            const std::string p = value();
+            if (p == "f32") {
+                options.kv_cache = KvPrecision::f32;
+            } else if (p == "f16") {
+                options.kv_cache = KvPrecision::f16;
+            } else if (p == "bf16") {
+                options.kv_cache = KvPrecision::bf16;
+            } else {
+                throw UsageError{"--kv-cache must be f32, f16 or bf16, got \"" + p + "\""};
+            }
         } else if (flag == "--prompt") {
             options.prompt = value();
         } else if (flag == "--tokenize") {
@@ -206,6 +226,10 @@ Options parse_arguments(int argc, char** argv) {
         }
     }
     if (!options.use_cache && options.generate == 0) throw UsageError{"--no-cache needs --generate K"};
+    if (flags.given("--kv-cache") && options.generate == 0) throw UsageError{"--kv-cache needs --generate K"};
+    if (flags.given("--kv-cache") && !options.use_cache) {
+        throw UsageError{"--kv-cache sets the KV cache that --no-cache turns off; give one"};
+    }
     if (options.prompt && options.tokens_text) throw UsageError{"--prompt and --tokens both give the input; give one"};
     if (options.prompt && !options.model_dir) {
         throw UsageError{"--prompt needs --model DIR (the tokenizer is DIR/tokenizer.json)"};
@@ -350,7 +374,7 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
     }
     if (options.generate > 0) {
         try {
-            check_generate(model, n, options.generate, options.use_cache);
+            check_generate(model, n, options.generate, options.use_cache, options.kv_cache);
         } catch (const OptionError& e) {  // an encoder or DINT global_mean model with the cache
             throw UsageError{std::string("--generate: ") + e.what() + "; add --no-cache"};
         }
@@ -419,6 +443,7 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
         GenerationOptions generation;
         generation.max_new_tokens = options.generate;
         generation.use_cache = options.use_cache;
+        generation.kv_precision = options.kv_cache;
         generation.threads = threads;
         // A checkpoint's end-of-sequence ids (generation_config.json, else config.json) end it early.
         if (options.model_dir) generation.stop_tokens = read_eos_token_ids(*options.model_dir);
@@ -432,9 +457,11 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
                 << sampling.top_p << ", seed " << sampling.seed << ")";
         }
         if (options.use_cache) {
-            std::cout << "generation: " << count << " tokens, " << how.str() << ", KV cache of "
-                      << KvCache<T>::bytes_per_token(config) << " bytes per token ("
-                      << static_cast<std::uint64_t>(KvCache<T>::bytes(config, n + count - 1)) << " bytes for "
+            std::cout << "generation: " << count << " tokens, " << how.str() << ", KV cache ("
+                      << to_string(options.kv_cache) << ") of " << KvCache<T>::bytes_per_token(config, options.kv_cache)
+                      << " bytes per token ("
+                      << static_cast<std::uint64_t>(KvCache<T>::bytes(config, n + count - 1, options.kv_cache))
+                      << " bytes for "
                       << n + count - 1 << " tokens)\n";
         } else {
             std::cout << "generation: " << count << " tokens, " << how.str() << ", full forward at every step (--no-cache)\n";

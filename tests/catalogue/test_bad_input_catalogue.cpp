@@ -851,3 +851,32 @@ TEST_CASE("ranks that disagree", "[catalogue][distributed]") {
                 "a KV cache cannot be combined with the scratch's replacement kernels");
     CHECK(cache.length() == 0);
 }
+
+TEST_CASE("batched step over bad caches", "[catalogue][kv_cache]") {
+    const DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::dint), 1);
+    ForwardState<float> state = model.make_state(4);
+    KvCache<float> a = model.make_cache(8), b = model.make_cache(8), half = model.make_cache(8, KvPrecision::f16);
+    model.forward({1, 2}, state, &a);
+    RowMatrix<float> two(2, 32), one(1, 32);
+    CHECK_ERROR(ShapeError, model.forward_batch({1, 2}, {&a}, state, two), "DecoderModel::forward_batch",
+                "2 tokens but 1 caches");
+    CHECK_ERROR(ShapeError, model.forward_batch({1, 2}, {&a, nullptr}, state, two), "cache 1 is null");
+    CHECK_ERROR(ShapeError, model.forward_batch({1, 2}, {&a, &a}, state, two),
+                "sequences 0 and 1 of the batch use the same KV cache");
+    CHECK_ERROR(ShapeError, model.forward_batch({1, 2}, {&b, &half}, state, two),
+                "cache 1 stores its keys and values as f16 but cache 0 as f32");
+    CHECK_ERROR(ShapeError, model.forward_batch({1, 32}, {&a, &b}, state, two), "DecoderModel::forward_batch",
+                "token 1 is 32, outside the vocabulary [0, 32)");
+    CHECK(a.length() == 2);  // nothing was written
+    CHECK(b.length() == 0);
+    CHECK(half.length() == 0);
+}
+
+TEST_CASE("half-precision cache read as float", "[catalogue][kv_cache]") {
+    const DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 1);
+    ForwardState<float> state = model.make_state(4);
+    KvCache<float> half = model.make_cache(8, KvPrecision::f16);
+    model.forward({1, 2}, state, &half);
+    CHECK_ERROR(OptionError, half.keys(0), "KvCache::keys: the cache stores its keys and values as f16");
+    CHECK(half.stored_keys<Eigen::half>(0).rows() == 2);
+}

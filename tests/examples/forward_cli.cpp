@@ -297,3 +297,35 @@ TEST_CASE("diffattn-forward: bad text and sampling flags exit 2 with a message",
     check_refused(run_forward({"--model", mismatch.path().string(), "--prompt", "hi"}),
                   {"outside the model's vocabulary", "do not belong together"});
 }
+
+TEST_CASE("diffattn-forward: --kv-cache stores the cache as f32, f16 or bf16", "[examples][cli][kv_cache]") {
+    check_refused(run_forward({"--generate", "2", "--kv-cache", "fp16"}),
+                  {"--kv-cache must be f32, f16 or bf16, got \"fp16\""});
+    check_refused(run_forward({"--generate", "2", "--kv-cache", "F16"}), {"--kv-cache must be f32, f16 or bf16"});
+    check_refused(run_forward({"--kv-cache", "f16"}), {"--kv-cache needs --generate K"});
+    check_refused(run_forward({"--generate", "2", "--no-cache", "--kv-cache", "bf16"}), {"--kv-cache", "--no-cache"});
+    check_refused(run_forward({"--generate", "2", "--kv-cache", "f16", "--kv-cache", "f16"}),
+                  {"--kv-cache", "more than once"});
+    // The demo model (dint causal_softmax, L 2, H 4, Hkv 2, d 8): per token L (32 + 32) keys and
+    // values of E bytes + L H column sums + d rotary entries in the model's scalar.
+    struct Expected {
+        std::vector<std::string> args;
+        const char* line;
+    };
+    for (const Expected& e : {Expected{{}, "KV cache (f32) of 576 bytes per token"},
+                              Expected{{"--kv-cache", "f32"}, "KV cache (f32) of 576 bytes per token"},
+                              Expected{{"--kv-cache", "f16"}, "KV cache (f16) of 320 bytes per token"},
+                              Expected{{"--kv-cache", "bf16"}, "KV cache (bf16) of 320 bytes per token"},
+                              Expected{{"--kv-cache", "f32", "--precision", "double"},
+                                       "KV cache (f32) of 1152 bytes per token"},
+                              Expected{{"--kv-cache", "f16", "--precision", "double"},
+                                       "KV cache (f16) of 384 bytes per token"}}) {
+        std::vector<std::string> args = {"--generate", "5", "--tokens", "1 2 3"};
+        args.insert(args.end(), e.args.begin(), e.args.end());
+        const Run run = run_forward(args);
+        INFO("stdout: " << run.out << "\nstderr: " << run.err);
+        REQUIRE(run.status == 0);
+        CHECK_THAT(run.out, Contains(e.line));
+        CHECK(printed_ids(run.out, "generated:").size() == 5);
+    }
+}

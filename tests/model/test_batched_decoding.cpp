@@ -184,3 +184,57 @@ TEST_CASE("a refused batched step names the problem and changes no cache", "[mod
     const RowMatrix<double> expected = model.logits({1, 2, 3, 9}).bottomRows(1);
     CHECK(max_abs_diff(logits.topRows(1), expected) <= 1e-12 * magnitude(expected));
 }
+
+TEST_CASE("on one thread a batched step gives each sequence its single-sequence step, bit for bit, in "
+          "every cache precision", "[model][kv_cache][batch]") {
+    // Below detail::kFewRowsLinear rows every projection through linear() is one dot product per
+    // output in a fixed order, whatever the number of rows, and each head runs the same kernel on the same rows: so a batch
+    // of B sequences on one thread must reproduce B single-sequence decode steps exactly. The
+    // half-precision single-sequence steps are themselves checked against a reference in
+    // test_kv_cache.cpp.
+    for (const Case& c : cases()) {
+        for (const KvPrecision precision : {KvPrecision::f32, KvPrecision::f16, KvPrecision::bf16}) {
+            INFO(c.name << ", " << to_string(precision) << " cache");
+            DecoderModel<float> model = DecoderModel<float>::seeded(c.config, 7);
+            // Shared DIFF through its merged weights: the factored projection is a product of
+            // several GEMMs whose blocking depends on the rows (the first test covers it, to §7).
+            model.merge_shared_diff();
+            ForwardState<float> state = model.make_state(16);
+            std::vector<KvCache<float>> batched, alone;
+            for (Index s = 0; s < 3; ++s) {
+                std::vector<Token> prompt;
+                for (Index i = 0; i < 4 + 5 * s; ++i) prompt.push_back(static_cast<Token>((17 * i + s) % 64));
+                for (auto* caches : {&batched, &alone}) {
+                    caches->push_back(model.make_cache(40, precision));
+                    model.forward(prompt, state, &caches->back());
+                }
+            }
+            std::vector<KvCache<float>*> pointers = {&batched[0], &batched[1], &batched[2]};
+            RowMatrix<float> logits(3, c.config.vocab_size);
+            for (int step = 0; step < 5; ++step) {
+                const std::vector<Token> tokens = {Token(step), Token(10 + step), Token(20 + step)};
+                model.forward_batch(tokens, pointers, state, logits);
+                for (std::size_t b = 0; b < 3; ++b) {
+                    const RowMatrix<float> single = model.forward({tokens[b]}, state, &alone[b]);
+                    CHECK((logits.row(static_cast<Index>(b)).array() == single.row(0).array()).all());
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("a batch refuses caches of different precisions", "[model][kv_cache][batch]") {
+    const DecoderModel<float> model = DecoderModel<float>::seeded(small_config(AttentionKind::diff), 7);
+    ForwardState<float> state = model.make_state(4);
+    KvCache<float> f32 = model.make_cache(8), f16 = model.make_cache(8, KvPrecision::f16);
+    RowMatrix<float> logits(2, 64);
+    try {
+        model.forward_batch({1, 2}, {&f32, &f16}, state, logits);
+        FAIL("not refused");
+    } catch (const ShapeError& e) {
+        CHECK(std::string(e.what()).find("cache 1 stores its keys and values as f16 but cache 0 as f32") !=
+              std::string::npos);
+    }
+    CHECK(f32.length() == 0);
+    CHECK(f16.length() == 0);
+}

@@ -381,3 +381,117 @@ TEST_CASE("KV cache contents: rotated keys at their positions", "[model][kv_cach
         CHECK((whole.values(layer) - steps.values(layer)).cwiseAbs().maxCoeff() < 1e-12);
     }
 }
+
+// Half-precision caches (docs/math.md §6). The exact reference of a cache storing keys and values
+// as f16 or bf16 is the forward on keys and values rounded to that scalar: one prefill call through
+// an empty cache of the same precision (every token attends to rounded rows, its own included).
+// Feeding the tokens in other chunks must give those logits within the double criterion of the f32
+// test above (1e-12 m): the arithmetic is the same except for the order of sums, and a rounding
+// to half of a key that differs by ~1e-16 between the two paths lands on the same half value
+// except with probability ~2^-42 per entry. (In float the paths' keys differ by ~eps_float, and
+// one in ~2^13 entries would round to a neighbouring half value: no exact reference there; the
+// kernel tests check float on exactly rounded inputs.) The kernels themselves are checked against
+// the reference on rounded keys and values in tests/kernels/test_half_kv.cpp.
+TEST_CASE("half-precision caches: decode matches the forward on rounded keys and values, every kind",
+          "[model][kv_cache][half_kv]") {
+    for (const NamedConfig& c : seeded_configs()) {
+        const DecoderModel<double> model = seeded_model<double>(c);
+        const std::vector<Token> tokens = test_tokens(c.name.rfind("dint", 0) == 0 ? 150 : 70, c.config.vocab_size);
+        const auto total = static_cast<Index>(tokens.size());
+        const RowMatrix<double> full = model.logits(tokens);  // f32 = the model's own scalar
+        const double m = magnitude(full);
+        for (const KvPrecision precision : {KvPrecision::f16, KvPrecision::bf16}) {
+            INFO("model " << c.name << " cache " << to_string(precision));
+            KvCache<double> whole_cache = model.make_cache(total, precision);
+            const RowMatrix<double> whole = cached_logits(model, tokens, {total}, whole_cache);
+            const double cost = max_abs_diff(whole, full);
+            std::printf("kv %-6s %-36s rounded K/V vs f32: %.2e m\n", to_string(precision), c.name.c_str(), cost / m);
+            CHECK(cost > 0);  // the keys and values were rounded
+            for (const Schedule& schedule : schedules(total)) {
+                INFO("schedule " << schedule.name);
+                KvCache<double> cache = model.make_cache(total, precision);
+                CHECK(max_abs_diff(cached_logits(model, tokens, schedule.chunks, cache), whole) <= 1e-12 * m);
+            }
+        }
+    }
+}
+
+TEST_CASE("half-precision caches store the f32 cache's keys and values rounded", "[model][kv_cache][half_kv]") {
+    const NamedConfig c{"dint", small_config(AttentionKind::dint, 2)};
+    const DecoderModel<double> model = seeded_model<double>(c);
+    const std::vector<Token> tokens = test_tokens(12, c.config.vocab_size);
+    KvCache<double> f32 = model.make_cache(12), f16 = model.make_cache(12, KvPrecision::f16),
+                    bf16 = model.make_cache(12, KvPrecision::bf16);
+    (void)cached_logits(model, tokens, {12}, f32);
+    (void)cached_logits(model, tokens, {12}, f16);
+    (void)cached_logits(model, tokens, {12}, bf16);
+    CHECK(f16.precision() == KvPrecision::f16);
+    // Layer 0 sees the same inputs in every cache: its stored rows are the f32 rows rounded.
+    const RowMatrix<Eigen::half> keys_f16 = f32.keys(0).cast<Eigen::half>();
+    const RowMatrix<Eigen::bfloat16> values_bf16 = f32.values(0).cast<Eigen::bfloat16>();
+    CHECK(f16.stored_keys<Eigen::half>(0).cast<double>() == keys_f16.cast<double>());
+    CHECK(bf16.stored_values<Eigen::bfloat16>(0).cast<double>() == values_bf16.cast<double>());
+    // Rows in the stored scalar only: asking for another one names the precision.
+    CHECK_THROWS_WITH(f16.keys(0), Catch::Contains("stores its keys and values as f16"));
+    CHECK_THROWS_AS(bf16.stored_keys<Eigen::half>(0), OptionError);
+}
+
+TEST_CASE("half-precision caches: bytes, capacity and refusals as for f32", "[model][kv_cache][half_kv]") {
+    // The demo model of the memory test above: per token L (32 + 32) 2 B (keys and values in half)
+    // + L H 4 B (A1 column sums, float) + d 4 B (rotary) = 256 + 32 + 32 = 320 B in float, and
+    // 256 + 64 + 64 = 384 B in double.
+    ModelConfig demo = small_config(AttentionKind::dint, 2);
+    demo.hidden_size = 64;
+    demo.intermediate_size = 172;
+    demo.vocab_size = 256;
+    for (const KvPrecision precision : {KvPrecision::f16, KvPrecision::bf16}) {
+        INFO(to_string(precision));
+        CHECK(KvCache<float>::bytes_per_token(demo, precision) == 320);
+        CHECK(KvCache<double>::bytes_per_token(demo, precision) == 384);
+        const KvCache<float> cache(demo, 100, precision);
+        CHECK(cache.bytes_per_token() == 320);
+        CHECK(cache.bytes() == 100 * 320);
+        CHECK(static_cast<double>(KvCache<float>::bytes(demo, 100, precision)) == 100 * 320);
+    }
+    CHECK(KvCache<double>::bytes_per_token(demo, KvPrecision::f32) == 1152);  // f32: the model's scalar
+
+    // The same refusals and the same service as an f32 cache.
+    const NamedConfig c{"diff", small_config(AttentionKind::diff, 2)};
+    const DecoderModel<float> model = seeded_model<float>(c);
+    const std::vector<Token> tokens = test_tokens(10, c.config.vocab_size);
+    KvCache<float> cache = model.make_cache(10, KvPrecision::bf16);
+    ForwardState<float> state = model.make_state(10);
+    RowMatrix<float> logits(10, c.config.vocab_size);
+    model.forward(tokens, state, logits, &cache);
+    CHECK(cache.length() == 10);
+    CHECK_THROWS_WITH(model.forward({tokens[0]}, state, logits.topRows(1), &cache),
+                      Catch::Contains("holds 10 of at most 10 tokens"));
+    cache.reset();
+    const RowMatrix<float> again = cached_logits(model, tokens, {4, 1, 5}, cache);
+    CHECK(again.allFinite());
+    const DecoderModel<float> other = seeded_model<float>({"diff4", small_config(AttentionKind::diff, 4)});
+    ForwardState<float> other_state = other.make_state(4);
+    cache.reset();
+    CHECK_THROWS_WITH(other.forward({1, 2}, other_state, &cache),
+                      Catch::Contains("KvCache was made for another configuration"));
+    ModelConfig encoder = small_config(AttentionKind::diff, 4);
+    encoder.causal = false;
+    CHECK_THROWS_AS(KvCache<float>(encoder, 16, KvPrecision::f16), OptionError);
+    CHECK_THROWS_AS(KvCache<float>(demo, 16, static_cast<KvPrecision>(7)), OptionError);
+}
+
+TEMPLATE_TEST_CASE("greedy generation runs with half-precision caches", "[model][kv_cache][half_kv][generate]",
+                   double, float) {
+    using T = TestType;
+    const NamedConfig c{"dint", small_config(AttentionKind::dint, 2)};
+    const DecoderModel<T> model = seeded_model<T>(c);
+    GenerationOptions options;
+    options.max_new_tokens = 6;
+    for (const KvPrecision precision : {KvPrecision::f16, KvPrecision::bf16}) {
+        options.kv_precision = precision;
+        const std::vector<Token> ids = generate(model, {1, 2, 3}, options, [](const auto& row) {
+            return argmax_token(row);
+        }, [](Token) {});
+        CHECK(ids.size() == 6);
+    }
+}

@@ -64,11 +64,13 @@ TEMPLATE_TEST_CASE("cached prefill and decode allocate nothing", "[model][kv_cac
                           Case{AttentionKind::dint, DintIntegral::causal_mean},
                           Case{AttentionKind::shared_diff, DintIntegral::causal_softmax},
                           Case{AttentionKind::diff_v2, DintIntegral::causal_softmax}}) {
-        INFO(to_string(k.kind) << " " << to_string(k.integral));
+      // Every stored precision: a half-precision cache converts its tiles in the kernels' scratch.
+      for (const KvPrecision precision : {KvPrecision::f32, KvPrecision::f16, KvPrecision::bf16}) {
+        INFO(to_string(k.kind) << " " << to_string(k.integral) << " cache " << to_string(precision));
         const DecoderModel<T> model = DecoderModel<T>::seeded(small_config(k.kind, k.integral), 1);
         const std::vector<Token> prompt = test_tokens(20);
         const std::vector<Token> next = {5};
-        KvCache<T> cache = model.make_cache(200);  // decoding goes past one key tile (128)
+        KvCache<T> cache = model.make_cache(200, precision);  // decoding goes past one key tile (128)
         // Two threads (two kernel workspaces) for DINT, whose column sums need the context-long
         // workspace; one elsewhere (a parallel region per layer and token is slow on a busy machine).
         ForwardState<T> state = model.make_state(20, k.kind == AttentionKind::dint ? 2 : 1);
@@ -82,6 +84,7 @@ TEMPLATE_TEST_CASE("cached prefill and decode allocate nothing", "[model][kv_cac
             model.forward(prompt, state, logits, &cache);  // reuse
         }) == 0);
         CHECK(cache.length() == 20);
+      }
     }
 }
 

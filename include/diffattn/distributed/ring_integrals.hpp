@@ -113,11 +113,11 @@ void add_a1_column_sums(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1
                 const Index b_keys = std::min(k_count, block_visit_end(mask, b, b + b_rows) - k_begin);
                 if (b_keys <= 0) continue;
                 if (pack && packed_keys != b_keys) {
-                    a1.pack_keys(k_begin, b_keys, packed);
+                    a1.pack_keys(k_begin, b_keys, packed, scratch.key_tile);
                     packed_keys = b_keys;
                 }
                 auto tile = scratch.logits.topLeftCorner(b_rows, b_keys);
-                a1(b, group_begin, k_begin, tile, pack ? &packed : nullptr);
+                a1(b, group_begin, k_begin, tile, pack ? &packed : nullptr, scratch.key_tile);
                 sums.segment(k_begin, b_keys) += tile.colwise().sum().transpose();
             }
         }

@@ -16,6 +16,7 @@
 #include "diffattn/kernels/mask.hpp"
 #include "diffattn/kernels/online_softmax.hpp"
 #include "diffattn/kernels/options.hpp"
+#include "diffattn/kernels/stored_rows.hpp"
 #include "diffattn/kernels/tile_product.hpp"
 
 #include <algorithm>
@@ -27,31 +28,36 @@
 
 namespace diffattn::detail {
 
-/// Logits policy of ordinary attention: tile = s Q[q rows] K[k rows]^T.
+/// Logits policy of ordinary attention: tile = s Q[q rows] K[k rows]^T, with the keys stored in
+/// the scalar S (T, or a half-precision KV cache's: each key tile is converted into the thread's
+/// `key_tile` before its product, docs/math.md §6).
 /// A policy has three steps, so that each operand is packed once: pack_queries() once per query
 /// group, pack_keys() once per key tile, then operator() for each block of the group. For a group
 /// of fewer than kMinPackedRows rows the core skips the packing and passes `packed = nullptr`.
-template <typename T>
+/// `key_tile` is the calling thread's BlockScratch::key_tile.
+template <typename T, typename S = T>
 class DotProductLogits {
 public:
-    DotProductLogits(const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k, T scale) : q_(q), k_(k), scale_(scale) {}
+    DotProductLogits(const ConstMatrixRef<T>& q, const ConstMatrixRef<S>& k, T scale) : q_(q), k_(k), scale_(scale) {}
 
     /// Packs the query rows [q_begin, q_begin + q_rows) of a group (Q^T, the products' B operand).
     void pack_queries(Index q_begin, Index q_rows, PackedTiles<T>& packed) const {
         PackedProduct<T>::pack_rows_as_rhs(packed.queries.data(), q_.middleRows(q_begin, q_rows));
     }
     /// Packs the key rows [k_begin, k_begin + keys) (the products' A operand).
-    void pack_keys(Index k_begin, Index keys, PackedTiles<T>& packed) const {
-        PackedProduct<T>::pack_rows_as_lhs(packed.keys.data(), k_.middleRows(k_begin, keys));
+    void pack_keys(Index k_begin, Index keys, PackedTiles<T>& packed, RowMatrix<T>& key_tile) const {
+        PackedProduct<T>::pack_rows_as_lhs(packed.keys.data(), rows_as(k_, k_begin, keys, key_tile));
     }
     /// tile [rows x keys] = s Q[q_begin : q_begin + rows] K[k_begin : k_begin + keys]^T. Packed: with
     /// q_begin - group_begin a multiple of kQueryTile (so the block's packed rows start a fresh panel)
     /// and keys the packed count.
     template <typename Tile>
-    void operator()(Index q_begin, Index group_begin, Index k_begin, Tile& tile, const PackedTiles<T>* packed) const {
+    void operator()(Index q_begin, Index group_begin, Index k_begin, Tile& tile, const PackedTiles<T>* packed,
+                    RowMatrix<T>& key_tile) const {
         static_assert(kQueryTile % PackedProduct<T>::rhs_panel == 0, "blocks must start on a packed panel");
         if (packed == nullptr) {
-            few_rows_logits(tile, q_.middleRows(q_begin, tile.rows()), k_.middleRows(k_begin, tile.cols()), scale_);
+            few_rows_logits(tile, q_.middleRows(q_begin, tile.rows()), rows_as(k_, k_begin, tile.cols(), key_tile),
+                            scale_);
             return;
         }
         const Index depth = q_.cols();
@@ -62,7 +68,7 @@ public:
 
 private:
     const ConstMatrixRef<T>& q_;  // [N x d]
-    const ConstMatrixRef<T>& k_;  // [S x d]
+    const ConstMatrixRef<S>& k_;  // [S x d]
     T scale_;
 };
 
@@ -94,7 +100,7 @@ void fold_tile(Logits& logits, const Mask& mask, Index q_begin, Index b_offset, 
     using Product = PackedProduct<T>;
     const Index b_begin = q_begin + b_offset;
     auto probabilities = scratch.logits.topLeftCorner(b_rows, b_keys);
-    logits(b_begin, q_begin, k_begin, probabilities, packed);
+    logits(b_begin, q_begin, k_begin, probabilities, packed, scratch.key_tile);
     const bool masked = k_begin + b_keys > block_unmasked_end(mask, b_begin);
     const Index min_visible = state.fold(b_offset, probabilities, masked, [&](Index r) {
         return visible_keys_in_tile(mask, b_begin + r, k_begin, b_keys);
@@ -140,13 +146,13 @@ private:
 /// packed once and used by every block of kQueryTile rows of the group that sees it. On return
 /// `state` holds the group's {acc, m, l}.
 ///   logits: the Logits policy (see DotProductLogits); it writes the logical (scaled) logits.
-///   v:      [S x value_dim] values.
+///   v:      [S x value_dim] values, stored in the scalar S (converted tile by tile, see rows_as).
 ///   keys:   only the keys [keys.begin, keys.end) (key tile boundaries), for a group whose key tiles
 ///           are split over several threads; merge the states with add_merged_row.
 /// Groups are fixed runs of kGroupRows rows, whatever the thread count, so results are
 /// bit-identical for every thread count.
-template <typename T, typename Logits, typename Mask>
-void attend_block(Logits& logits, const Mask& mask, Index q_begin, Index q_rows, const ConstMatrixRef<T>& v,
+template <typename T, typename S, typename Logits, typename Mask>
+void attend_block(Logits& logits, const Mask& mask, Index q_begin, Index q_rows, const ConstMatrixRef<S>& v,
                   BlockScratch<T>& scratch, OnlineSoftmaxState<T>& state, KeyRange keys = {}) {
     assert(q_rows <= kGroupRows && keys.begin % kKeyTile == 0);
     using Product = PackedProduct<T>;
@@ -157,7 +163,7 @@ void attend_block(Logits& logits, const Mask& mask, Index q_begin, Index q_rows,
     if (pack && keys.begin < visit_end) logits.pack_queries(q_begin, q_rows, packed);
     for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kKeyTile) {
         const Index k_count = std::min(kKeyTile, visit_end - k_begin);
-        const auto values = v.middleRows(k_begin, k_count);
+        const auto values = rows_as(v, k_begin, k_count, scratch.value_tile);
         if (pack) Product::pack_transpose_as_lhs(packed.values.data(), values);
         Index packed_keys = 0;  // keys of this tile in packed.keys (a packing is not sliceable by keys)
         const LazyFinite<decltype(values)> values_finite(values);  // only if a block needs to know
@@ -171,7 +177,7 @@ void attend_block(Logits& logits, const Mask& mask, Index q_begin, Index q_rows,
             const Index b_keys = std::min(k_count, block_visit_end(mask, b_begin, b_begin + b_rows) - k_begin);
             if (b_keys <= 0) continue;
             if (pack && packed_keys != b_keys) {
-                logits.pack_keys(k_begin, b_keys, packed);
+                logits.pack_keys(k_begin, b_keys, packed, scratch.key_tile);
                 packed_keys = b_keys;
             }
             fold_tile(logits, mask, q_begin, b_offset, b_rows, k_begin, b_keys, values, values_finite, scratch, state,
@@ -202,9 +208,10 @@ struct ResolvedOptions {
 
 /// Checks the shapes of one query/key/value triple and the output, and the options.
 ///   names: how the function's documentation names q, k, v (e.g. "Q1", "K1", "V").
-template <typename T>
+///   S:     the scalar K and V are stored in (T, or a half-precision KV cache's).
+template <typename T, typename S = T>
 ResolvedOptions check_attention(const char* function, const char* q_name, const char* k_name, const char* v_name,
-                                const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k, const ConstMatrixRef<T>& v,
+                                const ConstMatrixRef<T>& q, const ConstMatrixRef<S>& k, const ConstMatrixRef<S>& v,
                                 const MatrixRef<T>& out, const AttentionOptions& options) {
     require_same_cols(function, named(k_name, k), named(q_name, q));
     require_same_rows(function, named(v_name, v), named(k_name, k));

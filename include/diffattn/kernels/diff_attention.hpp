@@ -8,17 +8,17 @@ namespace diffattn {
 namespace detail {
 
 /// Shapes and lambda of a DIFF/DINT call: Q1 ~ Q2, K1 ~ K2, then the common single-map checks.
-template <typename T>
-ResolvedOptions check_differential(const char* function, const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1,
-                                   const ConstMatrixRef<T>& q2, const ConstMatrixRef<T>& k2,
-                                   const ConstMatrixRef<T>& v, T lambda, const MatrixRef<T>& out,
+template <typename T, typename S = T>
+ResolvedOptions check_differential(const char* function, const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>& k1,
+                                   const ConstMatrixRef<T>& q2, const ConstMatrixRef<S>& k2,
+                                   const ConstMatrixRef<S>& v, T lambda, const MatrixRef<T>& out,
                                    const AttentionOptions& options) {
     require_same_shape(function, named("Q2", q2), named("Q1", q1));
     require_same_shape(function, named("K2", k2), named("K1", k1));
     require_no_alias(function, "out", out, "Q2", q2);
     require_no_alias(function, "out", out, "K2", k2);
     require_finite(function, "lambda", static_cast<double>(lambda));
-    return check_attention<T>(function, "Q1", "K1", "V", q1, k1, v, out, options);
+    return check_attention<T, S>(function, "Q1", "K1", "V", q1, k1, v, out, options);
 }
 
 /// out.row(q_begin + r) = O1 - lambda O2 (docs/math.md §2.2) for the rows [first, last) of a group whose
@@ -32,9 +32,9 @@ void write_differential_rows(const OnlineSoftmaxState<T>& map1, const OnlineSoft
 /// The two maps of one query block or group (q_rows <= kGroupRows): fills scratch.states[0] and
 /// [1] (map 1, map 2) and writes out = O1 - lambda O2 for rows [q_begin, q_begin + q_rows), with
 /// the keys split over `key_threads` threads (attend_maps). Shared by DIFF and DINT.
-template <typename T, typename Mask>
-void differential_block(const DotProductLogits<T>& logits1, const DotProductLogits<T>& logits2, const Mask& mask,
-                        Index q_begin, Index q_rows, const ConstMatrixRef<T>& v, T lambda, AttentionWorkspace<T>& ws,
+template <typename T, typename S, typename Mask>
+void differential_block(const DotProductLogits<T, S>& logits1, const DotProductLogits<T, S>& logits2, const Mask& mask,
+                        Index q_begin, Index q_rows, const ConstMatrixRef<S>& v, T lambda, AttentionWorkspace<T>& ws,
                         BlockScratch<T>& scratch, int key_threads, MatrixRef<T>& out) {
     OnlineSoftmaxState<T>& map1 = scratch.states[0];
     OnlineSoftmaxState<T>& map2 = scratch.states[1];
@@ -42,15 +42,15 @@ void differential_block(const DotProductLogits<T>& logits1, const DotProductLogi
     write_differential_rows(map1, map2, lambda, q_begin, 0, q_rows, out);
 }
 
-template <typename T>
-void diff_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, const ConstMatrixRef<T>& q2,
-                    const ConstMatrixRef<T>& k2, const ConstMatrixRef<T>& v, T lambda, MatrixRef<T> out,
+template <typename T, typename S = T>
+void diff_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>& k1, const ConstMatrixRef<T>& q2,
+                    const ConstMatrixRef<S>& k2, const ConstMatrixRef<S>& v, T lambda, MatrixRef<T> out,
                     const AttentionOptions& options, AttentionWorkspace<T>* workspace) {
-    const ResolvedOptions resolved = check_differential<T>("diff_attention", q1, k1, q2, k2, v, lambda, out, options);
+    const ResolvedOptions resolved = check_differential<T, S>("diff_attention", q1, k1, q2, k2, v, lambda, out, options);
     AttentionWorkspace<T> local;
     AttentionWorkspace<T>& ws =
         prepare_workspace(workspace, local, q1.rows(), k1.rows(), q1.cols(), v.cols(), resolved.threads);
-    const DotProductLogits<T> logits1(q1, k1, T(resolved.scale)), logits2(q2, k2, T(resolved.scale));
+    const DotProductLogits<T, S> logits1(q1, k1, T(resolved.scale)), logits2(q2, k2, T(resolved.scale));
     const int key_threads = key_split_threads(q1.rows(), resolved.threads);
     dispatch_mask(resolved.mask, q1.rows(), k1.rows(), resolved.valid_len, [&](const auto& mask) {
         for_each_query_group(q1.rows(), resolved.threads, mask, ws,

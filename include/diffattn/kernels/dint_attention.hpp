@@ -84,9 +84,9 @@ void check_dint(DintIntegral integral, const ResolvedOptions& resolved, Index se
 /// and fill in while the runs of one group wait for the last run of the group before. No work is
 /// repeated. The runs only change the order of the integral map's softmax sums, so results agree
 /// with one thread within docs/math.md §7, and are the same on every run with the same T.
-template <typename T, typename Mask>
-void dint_softmax_integral(const DotProductLogits<T>& logits1, const DotProductLogits<T>& logits2, const Mask& mask,
-                           const ConstMatrixRef<T>& v, T lambda, const ResolvedOptions& resolved, Index seq_len_q,
+template <typename T, typename S, typename Mask>
+void dint_softmax_integral(const DotProductLogits<T, S>& logits1, const DotProductLogits<T, S>& logits2,
+                           const Mask& mask, const ConstMatrixRef<S>& v, T lambda, const ResolvedOptions& resolved, Index seq_len_q,
                            DintHistory<T>* history, AttentionWorkspace<T>& ws, MatrixRef<T>& out) {
     const Index seq_len_kv = v.rows();
     const Index rows_before = history != nullptr ? history->rows : 0;
@@ -96,8 +96,8 @@ void dint_softmax_integral(const DotProductLogits<T>& logits1, const DotProductL
     // Calls run(logits) with the logits policy of the integral map of the group starting at
     // q_begin, given map 1 of the group.
     const auto with_integral_logits = [&](Index q_begin, const OnlineSoftmaxState<T>& map1, auto&& run) {
-        const A1Tiles<T, Mask> a1(logits1, mask, q_begin, map1.row_maxima(), map1.row_sums());
-        IntegralLogits<T, Mask> integral_logits(a1, column_sum, rows_before);
+        const A1Tiles<T, Mask, S> a1(logits1, mask, q_begin, map1.row_maxima(), map1.row_sums());
+        IntegralLogits<T, Mask, S> integral_logits(a1, column_sum, rows_before);
         run(integral_logits);
     };
 
@@ -161,19 +161,19 @@ void dint_softmax_integral(const DotProductLogits<T>& logits1, const DotProductL
     });
 }
 
-template <typename T>
-void dint_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1, const ConstMatrixRef<T>& q2,
-                    const ConstMatrixRef<T>& k2, const ConstMatrixRef<T>& v, T lambda, DintIntegral integral,
+template <typename T, typename S = T>
+void dint_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>& k1, const ConstMatrixRef<T>& q2,
+                    const ConstMatrixRef<S>& k2, const ConstMatrixRef<S>& v, T lambda, DintIntegral integral,
                     MatrixRef<T> out, const AttentionOptions& options, DintHistory<T>* history,
                     AttentionWorkspace<T>* workspace) {
-    const ResolvedOptions resolved = check_differential<T>("dint_attention", q1, k1, q2, k2, v, lambda, out, options);
+    const ResolvedOptions resolved = check_differential<T, S>("dint_attention", q1, k1, q2, k2, v, lambda, out, options);
     const Index seq_len_q = q1.rows(), seq_len_kv = k1.rows(), value_dim = v.cols();
     check_dint<T>(integral, resolved, seq_len_q, seq_len_kv, value_dim, history);
     AttentionWorkspace<T> local;
     AttentionWorkspace<T>& ws =
         prepare_workspace(workspace, local, seq_len_q, seq_len_kv, q1.cols(), value_dim, resolved.threads);
     const T scale = T(resolved.scale);
-    const DotProductLogits<T> logits1(q1, k1, scale), logits2(q2, k2, scale);
+    const DotProductLogits<T, S> logits1(q1, k1, scale), logits2(q2, k2, scale);
     dispatch_mask(resolved.mask, seq_len_q, seq_len_kv, resolved.valid_len, [&](const auto& mask) {
         if (integral == DintIntegral::causal_softmax) {
             dint_softmax_integral(logits1, logits2, mask, v, lambda, resolved, seq_len_q, history, ws, out);

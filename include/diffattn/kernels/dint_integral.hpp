@@ -18,11 +18,11 @@ namespace diffattn::detail {
 /// of those rows: A1[n, j] = exp(s q1_n . k1_j - m_n) / l_n, and 0 where the mask hides key j from
 /// row n. The logits come from map 1's own policy (same packing, same products), so a rebuilt
 /// tile matches the probabilities map 1 normalised.
-template <typename T, typename Mask>
+template <typename T, typename Mask, typename S = T>
 class A1Tiles {
 public:
     /// row_max, row_sum: map 1's final m and l of the rows [first_row, first_row + row_max.size()).
-    A1Tiles(const DotProductLogits<T>& logits1, const Mask& mask, Index first_row, ConstVectorRef<T> row_max,
+    A1Tiles(const DotProductLogits<T, S>& logits1, const Mask& mask, Index first_row, ConstVectorRef<T> row_max,
             ConstVectorRef<T> row_sum)
         : logits1_(logits1), mask_(mask), first_row_(first_row), row_max_(row_max), row_sum_(row_sum) {}
 
@@ -30,15 +30,16 @@ public:
     void pack_queries(Index q_begin, Index q_rows, PackedTiles<T>& packed) const {
         logits1_.pack_queries(q_begin, q_rows, packed);
     }
-    void pack_keys(Index k_begin, Index keys, PackedTiles<T>& packed) const {
-        logits1_.pack_keys(k_begin, keys, packed);
+    void pack_keys(Index k_begin, Index keys, PackedTiles<T>& packed, RowMatrix<T>& key_tile) const {
+        logits1_.pack_keys(k_begin, keys, packed, key_tile);
     }
 
     /// tile [rows x keys] = A1[q_begin + r, k_begin + j]; group_begin and packed as DotProductLogits.
     template <typename Tile>
-    void operator()(Index q_begin, Index group_begin, Index k_begin, Tile& tile, const PackedTiles<T>* packed) const {
+    void operator()(Index q_begin, Index group_begin, Index k_begin, Tile& tile, const PackedTiles<T>* packed,
+                    RowMatrix<T>& key_tile) const {
         const Index keys = tile.cols();
-        logits1_(q_begin, group_begin, k_begin, tile, packed);
+        logits1_(q_begin, group_begin, k_begin, tile, packed, key_tile);
         for (Index r = 0; r < tile.rows(); ++r) {
             auto row = tile.row(r);
             const Index i = q_begin - first_row_ + r;
@@ -52,7 +53,7 @@ public:
     }
 
 private:
-    const DotProductLogits<T>& logits1_;  // s Q1 K1^T
+    const DotProductLogits<T, S>& logits1_;  // s Q1 K1^T
     const Mask& mask_;
     Index first_row_;
     ConstVectorRef<T> row_max_;
@@ -68,20 +69,23 @@ private:
 /// whole group can run at once: each block finds the earlier blocks' rows already added to the
 /// tile's columns (a block that skips a tile wholly in its future would only have added zeros).
 /// It reads Q1 and K1 through A1Tiles, which packs them as map 1 does.
-template <typename T, typename Mask>
+template <typename T, typename Mask, typename S = T>
 class IntegralLogits {
 public:
-    IntegralLogits(const A1Tiles<T, Mask>& a1, VectorRef<T> column_sum, Index rows_before)
+    IntegralLogits(const A1Tiles<T, Mask, S>& a1, VectorRef<T> column_sum, Index rows_before)
         : a1_(a1), column_sum_(column_sum), rows_before_(rows_before) {}
 
     void pack_queries(Index q_begin, Index q_rows, PackedTiles<T>& packed) const {
         a1_.pack_queries(q_begin, q_rows, packed);
     }
-    void pack_keys(Index k_begin, Index keys, PackedTiles<T>& packed) const { a1_.pack_keys(k_begin, keys, packed); }
+    void pack_keys(Index k_begin, Index keys, PackedTiles<T>& packed, RowMatrix<T>& key_tile) const {
+        a1_.pack_keys(k_begin, keys, packed, key_tile);
+    }
 
     template <typename Tile>
-    void operator()(Index q_begin, Index group_begin, Index k_begin, Tile& tile, const PackedTiles<T>* packed) {
-        a1_(q_begin, group_begin, k_begin, tile, packed);
+    void operator()(Index q_begin, Index group_begin, Index k_begin, Tile& tile, const PackedTiles<T>* packed,
+                    RowMatrix<T>& key_tile) {
+        a1_(q_begin, group_begin, k_begin, tile, packed, key_tile);
         auto column_sum = column_sum_.segment(k_begin, tile.cols());
         for (Index r = 0; r < tile.rows(); ++r) {
             auto row = tile.row(r);
@@ -91,7 +95,7 @@ public:
     }
 
 private:
-    const A1Tiles<T, Mask>& a1_;
+    const A1Tiles<T, Mask, S>& a1_;
     VectorRef<T> column_sum_;  // [S] column sums of A1 over all rows so far
     Index rows_before_;        // query rows of earlier calls (the cache)
 };
@@ -146,9 +150,9 @@ private:
 ///   3. each row gets the part that comes from earlier blocks (causal_mean) or the global mean.
 /// Sums run in Accumulator<T> with Kahan compensation, so identical rows (one-hot maps) do not pile
 /// up rounding errors.
-template <typename T, typename Mask>
-void dint_mean_integral(const DotProductLogits<T>& logits1, const DotProductLogits<T>& logits2, const Mask& mask,
-                        const ConstMatrixRef<T>& v, T lambda, DintIntegral integral,
+template <typename T, typename S, typename Mask>
+void dint_mean_integral(const DotProductLogits<T, S>& logits1, const DotProductLogits<T, S>& logits2, const Mask& mask,
+                        const ConstMatrixRef<S>& v, T lambda, DintIntegral integral,
                         const ResolvedOptions& resolved, Index seq_len_q, DintHistory<T>* history,
                         AttentionWorkspace<T>& ws, MatrixRef<T>& out) {
     using Wide = Accumulator<T>;

@@ -25,16 +25,16 @@ inline int key_split_threads(Index seq_len_q, int threads) { return seq_len_q < 
 /// (q_rows < kMinPackedRows) over the keys [keys.begin, keys.end) they see, into states[m]: the maps
 /// take each key tile in turn while its values are in cache, so the values are read once for all
 /// the maps (DIFF's two maps share V).
-template <typename T, typename Logits, typename Mask, std::size_t M>
+template <typename T, typename S, typename Logits, typename Mask, std::size_t M>
 void attend_few_rows(Logits* const (&maps)[M], const Mask& mask, Index q_begin, Index q_rows,
-                     const ConstMatrixRef<T>& v, BlockScratch<T>& scratch, OnlineSoftmaxState<T>* const (&states)[M],
+                     const ConstMatrixRef<S>& v, BlockScratch<T>& scratch, OnlineSoftmaxState<T>* const (&states)[M],
                      KeyRange keys) {
     assert(q_rows < kMinPackedRows && keys.begin % kKeyTile == 0);
     for (OnlineSoftmaxState<T>* state : states) state->reset(q_rows, v.cols());
     const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
     for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kKeyTile) {
         const Index k_count = std::min(kKeyTile, visit_end - k_begin);
-        const auto values = v.middleRows(k_begin, k_count);
+        const auto values = rows_as(v, k_begin, k_count, scratch.value_tile);  // read once for all the maps
         const LazyFinite<decltype(values)> values_finite(values);
         for (std::size_t m = 0; m < M; ++m) {
             fold_tile(*maps[m], mask, q_begin, 0, q_rows, k_begin, k_count, values, values_finite, scratch,
@@ -54,8 +54,8 @@ void attend_few_rows(Logits* const (&maps)[M], const Mask& mask, Index q_begin, 
 ///     into[m].
 /// A Logits policy called from several threads must only read, or write what its own keys own
 /// (IntegralLogits: the column sums of its keys).
-template <typename T, typename Logits, typename Mask, std::size_t M>
-void attend_maps(Logits* const (&maps)[M], const Mask& mask, Index q_begin, Index q_rows, const ConstMatrixRef<T>& v,
+template <typename T, typename S, typename Logits, typename Mask, std::size_t M>
+void attend_maps(Logits* const (&maps)[M], const Mask& mask, Index q_begin, Index q_rows, const ConstMatrixRef<S>& v,
                  AttentionWorkspace<T>& ws, BlockScratch<T>& scratch, int threads,
                  OnlineSoftmaxState<T>* const (&into)[M]) {
     if (q_rows >= kMinPackedRows) {

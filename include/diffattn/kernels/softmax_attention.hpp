@@ -6,14 +6,14 @@
 namespace diffattn {
 namespace detail {
 
-template <typename T>
-void softmax_attention(const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k, const ConstMatrixRef<T>& v,
+template <typename T, typename S = T>
+void softmax_attention(const ConstMatrixRef<T>& q, const ConstMatrixRef<S>& k, const ConstMatrixRef<S>& v,
                        MatrixRef<T> out, const AttentionOptions& options, AttentionWorkspace<T>* workspace) {
-    const ResolvedOptions resolved = check_attention<T>("softmax_attention", "Q", "K", "V", q, k, v, out, options);
+    const ResolvedOptions resolved = check_attention<T, S>("softmax_attention", "Q", "K", "V", q, k, v, out, options);
     AttentionWorkspace<T> local;
     AttentionWorkspace<T>& ws =
         prepare_workspace(workspace, local, q.rows(), k.rows(), q.cols(), v.cols(), resolved.threads);
-    const DotProductLogits<T> logits(q, k, T(resolved.scale));
+    const DotProductLogits<T, S> logits(q, k, T(resolved.scale));
     const int key_threads = key_split_threads(q.rows(), resolved.threads);
     dispatch_mask(resolved.mask, q.rows(), k.rows(), resolved.valid_len, [&](const auto& mask) {
         for_each_query_group(q.rows(), resolved.threads, mask, ws,

@@ -7,7 +7,9 @@
 //   DiffHeads     kernel 2.2 on maps 2h, 2h+1 with the layer's lambda    (diff, shared_diff)
 //   DintHeads     kernel 2.3, same maps, plus the integral               (dint)
 //   DiffV2Heads   two kernels 2.1, O[2h] - sigmoid(l[n, h]) O[2h+1]       (diff_v2)
-// Heads are middleCols blocks of the call's buffers: no head is ever copied.
+// Heads are middleCols blocks of the call's buffers: no head is ever copied. Keys and values may
+// be stored in a narrower scalar S (a half-precision KV cache, docs/math.md §6): the kernels then
+// widen them tile by tile.
 #pragma once
 
 #include "diffattn/core/types.hpp"
@@ -19,23 +21,35 @@
 #include "diffattn/layers/attention_config.hpp"
 #include "diffattn/layers/attention_kernels.hpp"
 
+#include <type_traits>
+
 namespace diffattn {
 
 /// Views of one call's buffers, as a head sees them. Shared read-only by all head tasks; each
-/// task writes only its own columns of `heads` and `second`.
-template <typename T>
+/// task writes only its own columns of `heads` and `second`. S: the scalar of k and v.
+template <typename T, typename S = T>
 struct HeadContext {
     const AttentionConfig& config;
     ConstMatrixRef<T> q;            ///< [N x q_width]   rotated queries
-    ConstMatrixRef<T> k;            ///< [S x k_width]   rotated keys, S >= N (S > N with a KV cache)
-    ConstMatrixRef<T> v;            ///< [S x v_width]   values
+    ConstMatrixRef<S> k;            ///< [S x k_width]   rotated keys, S >= N (S > N with a KV cache)
+    ConstMatrixRef<S> v;            ///< [S x v_width]   values
     mutable MatrixRef<T> heads;     ///< [N x out_width] head outputs (written per head)
     mutable MatrixRef<T> second;    ///< diff_v2: [N x out_width] O[2h+1] (written per head); else unused
     ConstMatrixRef<T> lambda_gate;  ///< diff_v2: [N x H] sigmoid(l); else unused
     T lambda;                       ///< DIFF family: the layer's lambda (docs/math.md §2.5)
     AttentionOptions options;       ///< mask (causal / none), default scale 1/sqrt(d)
     DintHistory<T>* dint_histories; ///< dint with a KV cache: [H] per-head histories; nullptr without
-    const AttentionKernels<T>* kernels;  ///< replaces the single-process kernels; nullptr: use them
+    const AttentionKernels<T>* kernels;  ///< replaces the single-process kernels; nullptr: use them (always
+                                         ///< with S != T: a KV cache excludes replacement kernels)
+
+    /// The call's replacement kernels, or nullptr (also whenever keys and values are not in T).
+    const AttentionKernels<T>* replacement() const {
+        if constexpr (std::is_same_v<S, T>) {
+            return kernels;
+        } else {
+            return nullptr;
+        }
+    }
 
     Index d() const { return config.head_dim(); }
     Index dv() const { return config.value_dim(); }
@@ -59,47 +73,53 @@ struct HeadContext {
 };
 
 /// Kernel 2.1 on map m of head h into `out` on `threads` threads, through the call's kernels if it has them.
-template <typename T, typename Out>
-void run_softmax(const HeadContext<T>& c, Index m, Out&& out, Index h, AttentionWorkspace<T>& ws, int threads) {
-    if (c.kernels != nullptr) {
-        c.kernels->softmax(c.query(h, m), c.key(h, m), c.value(h, m), out, c.options_on(threads), ws);
+template <typename T, typename S, typename Out>
+void run_softmax(const HeadContext<T, S>& c, Index m, Out&& out, Index h, AttentionWorkspace<T>& ws, int threads) {
+    if (const AttentionKernels<T>* kernels = c.replacement()) {
+        if constexpr (std::is_same_v<S, T>) {
+            kernels->softmax(c.query(h, m), c.key(h, m), c.value(h, m), out, c.options_on(threads), ws);
+        }
     } else {
-        softmax_attention(c.query(h, m), c.key(h, m), c.value(h, m), out, c.options_on(threads), &ws);
+        detail::softmax_attention<T, S>(c.query(h, m), c.key(h, m), c.value(h, m), out, c.options_on(threads), &ws);
     }
 }
 
 /// softmax (docs/math.md §3.2): O_h = softmax(s Q_h K_g^T + M) V_g, g = h / rep.
 struct SoftmaxHeads {
-    template <typename T>
-    static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
+    template <typename T, typename S>
+    static void run(const HeadContext<T, S>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
         run_softmax(c, 0, c.output(h), h, ws, threads);
     }
 };
 
 /// diff and shared_diff (docs/math.md §2.2, 3.1, 3.3): O_h = (A1 - lambda A2) V_g.
 struct DiffHeads {
-    template <typename T>
-    static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
-        if (c.kernels != nullptr) {
-            c.kernels->diff(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1), c.value(h, 0), c.lambda,
-                            c.output(h), c.options_on(threads), ws);
+    template <typename T, typename S>
+    static void run(const HeadContext<T, S>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
+        if (const AttentionKernels<T>* kernels = c.replacement()) {
+            if constexpr (std::is_same_v<S, T>) {
+                kernels->diff(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1), c.value(h, 0), c.lambda,
+                              c.output(h), c.options_on(threads), ws);
+            }
             return;
         }
-        diff_attention(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1), c.value(h, 0), c.lambda,
+        detail::diff_attention<T, S>(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1), c.value(h, 0), c.lambda,
                        c.output(h), c.options_on(threads), &ws);
     }
 };
 
 /// dint (docs/math.md §2.3, 3.1): O_h = (A1 - lambda A2 + lambda I) V_g.
 struct DintHeads {
-    template <typename T>
-    static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
-        if (c.kernels != nullptr) {
-            c.kernels->dint(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1), c.value(h, 0), c.lambda,
-                            c.config.dint_integral, c.output(h), c.options_on(threads), ws);
+    template <typename T, typename S>
+    static void run(const HeadContext<T, S>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
+        if (const AttentionKernels<T>* kernels = c.replacement()) {
+            if constexpr (std::is_same_v<S, T>) {
+                kernels->dint(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1), c.value(h, 0), c.lambda,
+                              c.config.dint_integral, c.output(h), c.options_on(threads), ws);
+            }
             return;
         }
-        dint_attention(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1), c.value(h, 0), c.lambda,
+        detail::dint_attention<T, S>(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1), c.value(h, 0), c.lambda,
                        c.config.dint_integral, c.output(h), c.options_on(threads), c.dint_history(h), &ws);
     }
 };
@@ -107,8 +127,8 @@ struct DintHeads {
 /// diff_v2 (docs/math.md §3.4): O_h = O[2h] - sigmoid(l[:, h]) O[2h+1], each O[t] an ordinary softmax
 /// attention of query head t over kv head t / (2H / Hkv).
 struct DiffV2Heads {
-    template <typename T>
-    static void run(const HeadContext<T>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
+    template <typename T, typename S>
+    static void run(const HeadContext<T, S>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
         auto out = c.output(h);           // [N x d]  O[2h], then the head's output
         auto second = c.second_output(h); // [N x d]  O[2h+1]
         run_softmax(c, 0, out, h, ws, threads);

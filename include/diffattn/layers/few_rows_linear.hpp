@@ -61,10 +61,12 @@ void few_rows_dot_block(const X& x, const W& w, Out& out, Index j) {
 }
 
 /// Weight rows [j_begin, j_end) against N (<= 4) x rows: R rows at a time, R as many as the
-/// registers hold (R N accumulators, R weight packets and one x packet), then the odd rows.
+/// registers hold (R N accumulators, R weight packets and one x packet; 8 rows for one x row, so
+/// that as many weight rows stream from memory at once as in Eigen's matrix-vector product), then
+/// the odd rows.
 template <int N, typename T, typename X, typename W, typename Out>
 void few_rows_dot_rows(const X& x, const W& w, Out& out, Index j_begin, Index j_end) {
-    constexpr int R = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 ? 4 : 2;
+    constexpr int R = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 ? (N == 1 ? 8 : 4) : 2;
     Index j = j_begin;
     for (; j + R <= j_end; j += R) few_rows_dot_block<R, N, T>(x, w, out, j);
     for (; j < j_end; ++j) few_rows_dot_block<1, N, T>(x, w, out, j);
@@ -74,9 +76,10 @@ void few_rows_dot_rows(const X& x, const W& w, Out& out, Index j_begin, Index j_
 template <typename T>
 void few_rows_linear(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, MatrixRef<T>& out, Index f_begin,
                      Index f_end) {
-    // W rows per block: about 128 KB, which stays in L2 while every group of x rows uses it.
+    // W rows per block: about 128 KB, which stays in L2 while every group of x rows uses it; a
+    // multiple of 8 rows, so that only a call's last block has rows left over for the odd-row path.
     const Index row_bytes = std::max<Index>(1, x.cols() * static_cast<Index>(sizeof(T)));
-    const Index block = std::max<Index>(4, (Index(128) << 10) / row_bytes);
+    const Index block = std::max<Index>(8, (Index(128) << 10) / row_bytes / 8 * 8);
     for (Index b = f_begin; b < f_end; b += block) {
         const Index b_end = std::min(f_end, b + block);
         for (Index n = 0; n < x.rows(); n += 4) {

@@ -15,6 +15,10 @@
 #include "diffattn/layers/attention_config.hpp"
 #include "diffattn/layers/rotary.hpp"
 
+#include <Eigen/Core>
+
+#include <string>
+
 namespace diffattn {
 
 /// Throws OptionError, naming `function`, unless modules of `config` can be decoded incrementally
@@ -30,10 +34,31 @@ inline void require_kv_cache_support(const char* function, const AttentionConfig
                          "a KV cache needs a causal decoder, where earlier tokens never see later ones");
 }
 
-template <typename T>
+/// The scalar a KV cache stores its keys and values in (docs/math.md §6). f32: the model's own
+/// scalar T (float, or double for a double model: "f32" means "same as the model's scalar");
+/// f16 / bf16: Eigen::half / Eigen::bfloat16, half the bytes, converted back to T tile by tile
+/// inside the kernels.
+enum class KvPrecision { f32, f16, bf16 };
+
+inline const char* to_string(KvPrecision precision) {
+    switch (precision) {
+        case KvPrecision::f32: return "f32";
+        case KvPrecision::f16: return "f16";
+        case KvPrecision::bf16: return "bf16";
+    }
+    return "unknown";
+}
+
+/// The storage scalar of `precision` for a model of scalar T.
+template <typename T, KvPrecision precision>
+using KvScalar = std::conditional_t<precision == KvPrecision::f16, Eigen::half,
+                                    std::conditional_t<precision == KvPrecision::bf16, Eigen::bfloat16, T>>;
+
+/// S: the scalar keys and values are stored in (T, Eigen::half or Eigen::bfloat16; KvScalar).
+template <typename T, typename S = T>
 struct KvCacheView {
-    MatrixRef<T> keys;               ///< [capacity x k_width]  rotated keys; rows [0, length) hold earlier tokens
-    MatrixRef<T> values;             ///< [capacity x v_width]  values; rows [0, length) hold earlier tokens
+    MatrixRef<S> keys;               ///< [capacity x k_width]  rotated keys; rows [0, length) hold earlier tokens
+    MatrixRef<S> values;             ///< [capacity x v_width]  values; rows [0, length) hold earlier tokens
     Index length;                    ///< tokens already cached = position of this call's first token
     DintHistory<T>* dint_histories;  ///< dint: [H] per-head histories with rows == length; else nullptr
     const RotaryTable<T>* rotary;    ///< cos / sin of positions [0, capacity) at least
@@ -43,11 +68,13 @@ struct KvCacheView {
 };
 
 /// The rows of a call that continue one sequence: rows [first, first + rows) of the call's input
-/// and the sequence's cache. A call over several of them is a batched step (docs/math.md §6): the
-/// projections run once over all rows, each sequence attends over its own cache.
-template <typename T>
+/// and the sequence's cache (keys and values stored as S). A call over several of them is a batched
+/// step (docs/math.md §6): the projections run once over all rows, each sequence attends over its
+/// own cache.
+template <typename T, typename S = T>
 struct SequenceRows {
-    KvCacheView<T> cache;
+    using Stored = S;
+    KvCacheView<T, S> cache;
     Index first;
     Index rows;
 };

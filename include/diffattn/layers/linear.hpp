@@ -25,6 +25,9 @@ inline Index linear_block(Index extent, Index target, Index multiple) {
 /// products still give 8-64 blocks to share out. 16 features: a whole AVX-512 packet of floats.
 inline constexpr Index kLinearBlockTarget = 512;
 inline constexpr Index kLinearFeatureMultiple = 16;
+/// What reading one weight from memory costs, in flops: a core does about this many in the time
+/// it streams one 4-byte weight (docs/benchmarks.md, "Decode-time projections").
+inline constexpr double kFlopsPerWeightRead = 16.0;
 }  // namespace detail
 
 /// y = x W^T for a weight stored as [out_features x in_features] (nn.Linear, no bias).
@@ -35,7 +38,8 @@ inline constexpr Index kLinearFeatureMultiple = 16;
 ///   context: fewer than detail::kFewRowsLinear tokens (a decode step) take few_rows_linear, which
 ///            reads W once; out is cut into fixed blocks of tokens x features (detail::linear_block), run on up
 ///            to context.threads threads (OpenMP builds), but on fewer, down to one, when the
-///            product has less than context.min_parallel_flops flops per thread. Results do not
+///            product has less than context.min_parallel_flops flops per thread (a few-rows
+///            product counts kFlopsPerWeightRead per weight it reads). Results do not
 ///            depend on the thread count.
 template <typename T>
 void linear(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, MatrixRef<T> out,
@@ -49,7 +53,12 @@ void linear(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, MatrixRef<T>
     const Index feature_blocks = (features + feature_block - 1) / feature_block;
     const Index blocks = (tokens + token_block - 1) / token_block * feature_blocks;
     const double flops = 2.0 * static_cast<double>(tokens) * static_cast<double>(x.cols()) * static_cast<double>(features);
-    detail::parallel_for(blocks, context.threads_for(flops), detail::Schedule::equal_tasks,
+    // A few-rows product is bound by reading W, not by its flops: weigh each weight it reads as
+    // kFlopsPerWeightRead flops when choosing the threads.
+    const double work = tokens < detail::kFewRowsLinear
+                            ? std::max(flops, detail::kFlopsPerWeightRead * static_cast<double>(w.size()))
+                            : flops;
+    detail::parallel_for(blocks, context.threads_for(work), detail::Schedule::equal_tasks,
                          [&](Index block, int /*thread*/) {
                              const Index first_token = block / feature_blocks * token_block;
                              const Index first_feature = block % feature_blocks * feature_block;

@@ -15,7 +15,9 @@
 // (layers/kv_cache_view.hpp) after its `length` earlier rows, the heads read all S = length + N
 // rows (the kernels' S >= N form, causal offset S - N), positions start at `length` and DINT heads
 // pass their per-head DintHistory. Without a cache the same path runs over a view of the scratch
-// with length 0: prefill, decode and the plain forward are one code path.
+// with length 0: prefill, decode and the plain forward are one code path. The new keys and values are
+// projected and rotated in the scratch, then stored in the cache, converted when it keeps them in
+// half precision (KvPrecision); the kernels widen the cached rows tile by tile.
 #pragma once
 
 #include "diffattn/core/checks.hpp"
@@ -33,6 +35,7 @@
 #include "diffattn/layers/shared_diff.hpp"
 
 #include <algorithm>
+#include <type_traits>
 #include <string>
 
 namespace diffattn {
@@ -158,7 +161,7 @@ public:
     ///   its own scratch.
     void forward(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch,
                  const ExecutionContext& context = {}) const {
-        forward(x, out, scratch, context, nullptr);
+        forward(x, out, scratch, context, static_cast<KvCacheView<T>*>(nullptr));
     }
 
     /// As above for N new tokens after the `cache->length` tokens of a KV cache (docs/math.md §6): their
@@ -168,20 +171,23 @@ public:
     /// (its owner does that after the last layer). Needs a causal module (not "causal": false, not
     /// DINT global_mean: OptionError) and room for N more rows (ShapeError). The first call with a
     /// cache longer than the scratch's max_len grows the scratch's kernel workspaces once.
+    /// S: the scalar the cache stores keys and values in (KvScalar); the new rows are rounded to it.
+    template <typename S>
     void forward(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch,
-                 const ExecutionContext& context, KvCacheView<T>* cache) const {
+                 const ExecutionContext& context, KvCacheView<T, S>* cache) const {
         const Index n = x.rows();
         if (cache == nullptr) {  // this call's keys and values live in the scratch: an empty cache, no history
             forward_sequences(x, out, scratch, context, 1,
                               [&](Index) { return SequenceRows<T>{scratch_cache(scratch), 0, n}; }, false);
         } else {
-            forward_sequences(x, out, scratch, context, 1, [&](Index) { return SequenceRows<T>{*cache, 0, n}; }, true);
+            forward_sequences(x, out, scratch, context, 1,
+                              [&](Index) { return SequenceRows<T, S>{*cache, 0, n}; }, true);
         }
     }
 
     /// A batched step (docs/math.md §6): the rows of x continue `count` sequences; sequence(s)
     /// returns the SequenceRows of sequence s (its cache view and its rows, which follow those of
-    /// sequence s - 1). The projections and the output projection run once over all rows (the
+    /// sequence s - 1; every cache stores the same scalar S). The projections and the output projection run once over all rows (the
     /// weights are read once for the whole batch); rotary, the cache writes and the heads run per
     /// sequence, the heads of all sequences together on the context's threads. Each sequence gets
     /// what forward(its rows, ..., its cache) gives it. ShapeError if the rows do not tile x, two
@@ -206,6 +212,8 @@ private:
                            const ExecutionContext& context, Index count, const Sequences& sequence,
                            bool cached) const {
         constexpr const char* function = "MultiHeadAttention::forward";
+        using Rows = decltype(sequence(Index(0)));  // SequenceRows<T, S>
+        using S = typename Rows::Stored;
         const Index n = x.rows();
         check_call(x, out, scratch);
         check_sequences(count, sequence, n, cached);
@@ -231,15 +239,16 @@ private:
         //    and values go to its cache rows [length, length + rows).
         Index capacity = 0;
         for (Index s = 0; s < count; ++s) {
-            SequenceRows<T> rows_of_s = sequence(s);
-            KvCacheView<T>& kv = rows_of_s.cache;
+            Rows rows_of_s = sequence(s);
+            KvCacheView<T, S>& kv = rows_of_s.cache;
             const Index first = rows_of_s.first, rows = rows_of_s.rows;
             const Index position = scratch.kernels != nullptr ? scratch.kernels->first_position() : kv.length;
             kv.rotary->apply(q.middleRows(first, rows), position);
             kv.rotary->apply(k.middleRows(first, rows), position);
-            if (kv.keys.data() != k.data()) {  // the plain forward's keys are already where it reads them
-                kv.keys.middleRows(kv.length, rows) = k.middleRows(first, rows);
-                kv.values.middleRows(kv.length, rows) = v.middleRows(first, rows);
+            // The plain forward's keys are already where its heads read them.
+            if (!std::is_same_v<S, T> || static_cast<const void*>(kv.keys.data()) != k.data()) {
+                kv.keys.middleRows(kv.length, rows) = k.middleRows(first, rows).template cast<S>();
+                kv.values.middleRows(kv.length, rows) = v.middleRows(first, rows).template cast<S>();
             }
             capacity = std::max(capacity, kv.capacity());
         }
@@ -255,13 +264,14 @@ private:
 
     /// What a head of sequence s (its rows from `first`) sees: its queries, the S = length + rows
     /// keys and values of its cache, its output rows.
-    HeadContext<T> head_context(const SequenceRows<T>& sequence, AttentionScratch<T>& scratch) const {
+    template <typename S>
+    HeadContext<T, S> head_context(const SequenceRows<T, S>& sequence, AttentionScratch<T>& scratch) const {
         const Index first = sequence.first, rows = sequence.rows, seq_len_kv = sequence.cache.length + rows;
         const bool v2 = config_.kind == AttentionKind::diff_v2;
         auto heads = scratch.heads.middleRows(first, rows);
         AttentionOptions options;
         options.mask = config_.mask();
-        return HeadContext<T>{config_,
+        return HeadContext<T, S>{config_,
                               scratch.q.middleRows(first, rows),
                               sequence.cache.keys.topRows(seq_len_kv),
                               sequence.cache.values.topRows(seq_len_kv),
@@ -300,7 +310,7 @@ private:
         double flops = 0;
         Index most_rows = 0;
         for (Index s = 0; s < count; ++s) {
-            const SequenceRows<T> rows_of_s = sequence(s);
+            const auto rows_of_s = sequence(s);
             const Index rows = rows_of_s.rows;
             flops += 2.0 * static_cast<double>(rows) * static_cast<double>(rows_of_s.cache.length + rows) *
                      static_cast<double>(config_.q_width() + config_.out_width());
@@ -312,7 +322,7 @@ private:
         detail::for_each_head(count * n_heads, most_rows, flops, heads_context, scratch.workspaces,
                               [&](Index task, AttentionWorkspace<T>& workspace, int kernel_threads) {
                                   const Index h = task % n_heads;
-                                  const HeadContext<T> call = head_context(sequence(task / n_heads), scratch);
+                                  const auto call = head_context(sequence(task / n_heads), scratch);
                                   Policy::run(call, h, workspace, kernel_threads);
                                   if (subln) {
                                       auto head = call.output(h);  // [rows x 2d]
@@ -341,7 +351,7 @@ private:
         require<ShapeError>(count >= 1, function, ": a call needs at least one sequence, got ", count);
         Index next = 0;
         for (Index s = 0; s < count; ++s) {
-            const SequenceRows<T> rows = sequence(s);
+            const auto rows = sequence(s);
             require<ShapeError>(rows.rows >= 0 && rows.first == next, function, ": sequence ", s, " has rows [",
                                 rows.first, ", ", rows.first + rows.rows, ") but its rows must start at ", next,
                                 " (after the sequences before it)");
@@ -352,7 +362,8 @@ private:
         require_distinct_caches(function, count, [&](Index s) { return sequence(s).cache.keys.data(); });
     }
 
-    void check_cache(const KvCacheView<T>& cache, Index n) const {
+    template <typename S>
+    void check_cache(const KvCacheView<T, S>& cache, Index n) const {
         constexpr const char* function = "MultiHeadAttention::forward";
         require_kv_cache_support(function, config_);
         require<ShapeError>(cache.keys.cols() == config_.k_width() && cache.values.cols() == config_.v_width() &&

@@ -68,10 +68,11 @@ struct DecoderLayer {
     /// x [N x D], the residual stream, updated in place; scratch sized for >= N tokens; attention
     /// and SwiGLU run as `context` allows. cache: this layer's KV cache (the N tokens follow its
     /// `length` cached ones), or null for a plain forward over positions 0 .. N-1
-    /// (MultiHeadAttention::forward).
+    /// (MultiHeadAttention::forward; S the scalar the cache stores keys and values in).
+    template <typename S = T>
     void forward(MatrixRef<T> x, LayerScratch<T>& scratch, const ExecutionContext& context,
-                 KvCacheView<T>* cache = nullptr) const {
-        forward(x, scratch, context, [&](auto normed, auto branch) {
+                 KvCacheView<T, S>* cache = nullptr) const {
+        forward_around(x, scratch, context, [&](auto normed, auto branch) {
             self_attn.forward(normed, branch, scratch.attention, context, cache);
         });
     }
@@ -82,7 +83,7 @@ struct DecoderLayer {
     template <typename Sequences>
     void forward_batch(MatrixRef<T> x, LayerScratch<T>& scratch, const ExecutionContext& context, Index count,
                        const Sequences& sequence) const {
-        forward(x, scratch, context, [&](auto normed, auto branch) {
+        forward_around(x, scratch, context, [&](auto normed, auto branch) {
             self_attn.forward(normed, branch, scratch.attention, context, count, sequence);
         });
     }
@@ -90,7 +91,8 @@ struct DecoderLayer {
 private:
     /// The layer around its attention call `attend(normed, branch)`.
     template <typename Attend>
-    void forward(MatrixRef<T> x, LayerScratch<T>& scratch, const ExecutionContext& context, Attend&& attend) const {
+    void forward_around(MatrixRef<T> x, LayerScratch<T>& scratch, const ExecutionContext& context,
+                        Attend&& attend) const {
         const Index n = x.rows();
         auto normed = scratch.normed.topRows(n);  // [N x D]
         auto branch = scratch.branch.topRows(n);  // [N x D]

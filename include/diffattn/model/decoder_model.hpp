@@ -194,8 +194,10 @@ public:
         auto x = embed(tokens, state);  // [N x D] residual stream
         try {
             for (std::size_t i = 0; i < layers.size(); ++i) {
-                KvCacheView<T> view = cache->view(static_cast<Index>(i));  // [cached + N rows] of layer i
-                layers[i].forward(x, state.layer, state.context(), &view);
+                // [cached + N rows] of layer i, in the cache's stored scalar
+                cache->with_view(static_cast<Index>(i), [&](auto& view) {
+                    layers[i].forward(x, state.layer, state.context(), &view);
+                });
             }
         } catch (...) {
             cache->reset();
@@ -214,7 +216,8 @@ public:
     /// and leave (simply not passed) between steps; their caches may hold different lengths.
     ///
     /// Throws ShapeError for tokens and caches of different counts, more sequences than the
-    /// state's max_len, a null cache, two entries sharing one cache, or what forward() refuses for
+    /// state's max_len, a null cache, two entries sharing one cache, caches of different stored
+    /// precisions (KvPrecision), or what forward() refuses for
     /// a cache or a token; a refused call changes no cache. (Should a layer throw after these
     /// checks, every cache of the batch is reset, as its layers would disagree.)
     void forward_batch(const std::vector<Token>& tokens, const std::vector<KvCache<T>*>& caches, ForwardState<T>& state,
@@ -228,16 +231,24 @@ public:
             KvCache<T>* cache = caches[static_cast<std::size_t>(b)];
             require<ShapeError>(cache != nullptr, function, ": cache ", b, " is null");
             cache->check_serves(function, config_, 1);
+            require<ShapeError>(cache->precision() == caches.front()->precision(), function, ": cache ", b,
+                                " stores its keys and values as ", to_string(cache->precision()), " but cache 0 as ",
+                                to_string(caches.front()->precision()), " (the caches of a batch share one precision)");
         }
         require_distinct_caches(function, batch, [&](Index b) { return caches[static_cast<std::size_t>(b)]; });
         if (batch == 0) return;
         auto x = embed(tokens, state);  // [B x D] residual stream, row b of sequence b
         try {
             for (std::size_t i = 0; i < layers.size(); ++i) {
-                const auto sequence = [&](Index b) {  // row b continues caches[b]
-                    return SequenceRows<T>{caches[static_cast<std::size_t>(b)]->view(static_cast<Index>(i)), b, 1};
-                };
-                layers[i].forward_batch(x, state.layer, state.context(), batch, sequence);
+                // The batch shares one stored precision: dispatch on the first cache's.
+                caches.front()->with_view(static_cast<Index>(i), [&](auto& first) {
+                    using S = typename std::decay_t<decltype(first.keys)>::Scalar;
+                    const auto sequence = [&](Index b) {  // row b continues caches[b]
+                        return SequenceRows<T, S>{
+                            caches[static_cast<std::size_t>(b)]->template view<S>(static_cast<Index>(i)), b, 1};
+                    };
+                    layers[i].forward_batch(x, state.layer, state.context(), batch, sequence);
+                });
             }
         } catch (...) {
             for (KvCache<T>* cache : caches) cache->reset();
@@ -281,7 +292,10 @@ public:
     /// An empty KV cache for sequences of up to max_len tokens of this model (KvCache's
     /// constructor: OptionError for an encoder or DINT global_mean model; ShapeError for max_len
     /// outside [1, ModelConfig::max_positions] or a cache larger than the machine's memory).
-    KvCache<T> make_cache(Index max_len) const { return KvCache<T>(config_, max_len); }
+    /// `precision`: the scalar keys and values are stored in (KvPrecision; f32 = the model's T).
+    KvCache<T> make_cache(Index max_len, KvPrecision precision = KvPrecision::f32) const {
+        return KvCache<T>(config_, max_len, precision);
+    }
 
     /// Convenience: a fresh single-threaded state and a new logits matrix [N x V].
     RowMatrix<T> logits(const std::vector<Token>& tokens) const {

@@ -34,10 +34,12 @@ Token argmax_token(const Eigen::DenseBase<Derived>& logits) {
 /// count - 1 positions past ModelConfig::max_positions, or buffers larger than
 /// memory_limit_bytes() (the message names the bytes); OptionError for use_cache with a model that
 /// cannot use a KV cache (an encoder, DINT global_mean). The buffers: with the cache, a KvCache of
-/// prompt_len + count - 1 tokens and a ForwardState of prompt_len; without, a ForwardState of
-/// prompt_len + count - 1 tokens and the sequence; and the count ids.
+/// prompt_len + count - 1 tokens (storing keys and values in `kv_precision`) and a ForwardState of
+/// prompt_len; without, a ForwardState of prompt_len + count - 1 tokens and the sequence; and the
+/// count ids.
 template <typename T>
-void check_generate(const DecoderModel<T>& model, Index prompt_len, Index count, bool use_cache = true) {
+void check_generate(const DecoderModel<T>& model, Index prompt_len, Index count, bool use_cache = true,
+                    KvPrecision kv_precision = KvPrecision::f32) {
     constexpr const char* function = "generate";
     require<ShapeError>(prompt_len > 0, function, ": the prompt is empty (greedy decoding needs at least one token)");
     require<ShapeError>(count >= 0, function, ": count must be >= 0, got ", count);
@@ -49,9 +51,11 @@ void check_generate(const DecoderModel<T>& model, Index prompt_len, Index count,
     const ModelConfig& config = model.config();
     const long double ids = static_cast<long double>(sizeof(Token)) * static_cast<long double>(total + count);
     if (use_cache) {
-        require_memory(KvCache<T>::bytes(config, total) + ForwardState<T>::bytes(config, prompt_len) + ids, function,
-                       ": ", count, " tokens after a prompt of ", prompt_len, " with a KV cache of ", total, " tokens");
-        KvCache<T>::check(config, total);  // what is left to fail: OptionError for an encoder or global_mean
+        require_memory(KvCache<T>::bytes(config, total, kv_precision) + ForwardState<T>::bytes(config, prompt_len) +
+                           ids,
+                       function, ": ", count, " tokens after a prompt of ", prompt_len, " with a KV cache of ", total,
+                       " tokens");
+        KvCache<T>::check(config, total, kv_precision);  // what is left to fail: OptionError for an encoder or global_mean
         ForwardState<T>::check(config, prompt_len);
     } else {
         require_memory(ForwardState<T>::bytes(config, total) + ids, function, ": ", count, " tokens after a prompt of ",
@@ -68,6 +72,7 @@ void check_generate(const DecoderModel<T>& model, Index prompt_len, Index count,
 struct GenerationOptions {
     Index max_new_tokens = 0;
     bool use_cache = true;
+    KvPrecision kv_precision = KvPrecision::f32;  ///< the cache's stored scalar (f32: the model's T)
     int threads = 1;
     std::vector<Token> stop_tokens;
 };
@@ -82,7 +87,7 @@ std::vector<Token> generate(const DecoderModel<T>& model, const std::vector<Toke
                             const GenerationOptions& options, Choose&& choose, OnToken&& on_token) {
     const Index prompt_len = static_cast<Index>(prompt.size());
     const Index count = options.max_new_tokens;
-    check_generate(model, prompt_len, count, options.use_cache);
+    check_generate(model, prompt_len, count, options.use_cache, options.kv_precision);
     std::vector<Token> generated;
     if (count == 0) return generated;
     generated.reserve(static_cast<std::size_t>(count));
@@ -97,7 +102,7 @@ std::vector<Token> generate(const DecoderModel<T>& model, const std::vector<Toke
     };
 
     if (options.use_cache) {
-        KvCache<T> cache = model.make_cache(total);
+        KvCache<T> cache = model.make_cache(total, options.kv_precision);
         ForwardState<T> state = model.make_state(prompt_len, options.threads);  // the prefill is the largest call
         const ConstMatrixRef<T> prefill = model.forward(prompt, state, &cache);    // [prompt x V]
         if (take(prefill.row(prompt_len - 1))) return generated;

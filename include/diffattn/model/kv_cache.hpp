@@ -8,8 +8,13 @@
 // sequence, keeping the memory. A max_len past ModelConfig::max_positions, or a cache larger than
 // the machine's memory (core/memory_limit.hpp), is a ShapeError before anything is allocated.
 //
-// Memory (bytes_per_token(), T = float or double; widths as in AttentionConfig):
-//   per token:  L (k_width + v_width) sizeof(T)      keys and values of every layer
+// Stored precision (KvPrecision, chosen per cache): keys and values as the model's scalar T
+// ("f32", the default), or as Eigen::half / Eigen::bfloat16 at half the bytes, widened to T tile by
+// tile inside the kernels (docs/math.md §6). The DINT histories and the rotary table stay in T.
+//
+// Memory (bytes_per_token(), T = float or double; widths as in AttentionConfig; E the bytes of a
+// stored key or value: sizeof(T) for f32, 2 for f16 and bf16):
+//   per token:  L (k_width + v_width) E              keys and values of every layer
 //             + L H sizeof(T)                         dint causal_softmax: A1 column sums, per head
 //             + d sizeof(T)                           the rotary table (cos and sin of d/2 pairs)
 //   fixed:      L H dv sizeof(T)                      dint causal_mean: O1 row sums, per head
@@ -29,6 +34,8 @@
 #include "diffattn/model/config.hpp"
 
 #include <cstddef>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace diffattn {
@@ -39,17 +46,14 @@ class DecoderModel;
 template <typename T>
 class KvCache {
 public:
-    /// An empty cache for up to `max_len` tokens of models with this configuration. Throws what
-    /// check(config, max_len) throws, before allocating.
-    KvCache(const ModelConfig& config, Index max_len) : config_(checked(config, max_len)) {
+    /// An empty cache for up to `max_len` tokens of models with this configuration, storing keys
+    /// and values in `precision`. Throws what check(config, max_len, precision) throws, before
+    /// allocating.
+    KvCache(const ModelConfig& config, Index max_len, KvPrecision precision = KvPrecision::f32)
+        : config_(checked(config, max_len, precision)), precision_(precision) {
         const AttentionConfig attention = config_.attention_config();
+        visit_store([&](auto& store) { store.allocate(config_.num_hidden_layers, max_len, attention); });
         const auto layers = static_cast<std::size_t>(config_.num_hidden_layers);
-        keys_.reserve(layers);
-        values_.reserve(layers);
-        for (std::size_t i = 0; i < layers; ++i) {
-            keys_.emplace_back(max_len, attention.k_width());
-            values_.emplace_back(max_len, attention.v_width());
-        }
         if (config_.attention == AttentionKind::dint) {
             dint_.resize(layers * static_cast<std::size_t>(config_.num_attention_heads));
             for (DintHistory<T>& history : dint_) {
@@ -65,6 +69,8 @@ public:
 
     /// The configuration the cache was made for.
     const ModelConfig& config() const { return config_; }
+    /// The scalar keys and values are stored in.
+    KvPrecision precision() const { return precision_; }
     /// Maximum number of tokens (prompt and generated) the cache holds.
     Index max_len() const { return rotary_.max_positions(); }
     /// Tokens cached so far: the position of the next token.
@@ -80,66 +86,86 @@ public:
         for (DintHistory<T>& history : dint_) history.reset();
     }
 
-    /// The rotated keys of layer `layer`, [length x k_width] (valid until the cache changes).
-    ConstMatrixRef<T> keys(Index layer) const { return keys_.at(static_cast<std::size_t>(layer)).topRows(length_); }
-    /// The values of layer `layer`, [length x v_width].
-    ConstMatrixRef<T> values(Index layer) const {
-        return values_.at(static_cast<std::size_t>(layer)).topRows(length_);
+    /// The rotated keys of layer `layer`, [length x k_width] (valid until the cache changes), of a
+    /// cache storing T (KvPrecision::f32; else OptionError: see stored_keys).
+    ConstMatrixRef<T> keys(Index layer) const { return stored_keys<T>(layer); }
+    /// The values of layer `layer`, [length x v_width], of a cache storing T.
+    ConstMatrixRef<T> values(Index layer) const { return stored_values<T>(layer); }
+    /// As keys() in the stored scalar S (KvScalar<T, precision()>; another S: OptionError).
+    template <typename S>
+    ConstMatrixRef<S> stored_keys(Index layer) const {
+        return stored<S>("KvCache::keys").keys.at(static_cast<std::size_t>(layer)).topRows(length_);
+    }
+    /// As values() in the stored scalar S.
+    template <typename S>
+    ConstMatrixRef<S> stored_values(Index layer) const {
+        return stored<S>("KvCache::values").values.at(static_cast<std::size_t>(layer)).topRows(length_);
     }
 
     /// Bytes held by the cache (keys, values, DINT histories, rotary table): max_len *
     /// bytes_per_token() + the fixed DINT causal_mean sums.
     std::size_t bytes() const {
         std::size_t scalars = 0;
-        for (const RowMatrix<T>& m : keys_) scalars += static_cast<std::size_t>(m.size());
-        for (const RowMatrix<T>& m : values_) scalars += static_cast<std::size_t>(m.size());
         for (const DintHistory<T>& h : dint_) {
             scalars += static_cast<std::size_t>(h.a1_column_sum.size() + h.o1_row_sum.size());
         }
         scalars += static_cast<std::size_t>(max_len() * rotary_.head_dim());  // cos and sin, d/2 each
-        return scalars * sizeof(T);
+        std::size_t stored_bytes = 0;
+        visit_store([&](const auto& store) { stored_bytes = store.bytes(); });
+        return scalars * sizeof(T) + stored_bytes;
     }
 
-    /// Bytes per token of context for this cache's configuration (see bytes_per_token(config)).
-    std::size_t bytes_per_token() const { return bytes_per_token(config_); }
+    /// Bytes per token of context for this cache's configuration and precision (see
+    /// bytes_per_token(config, precision)).
+    std::size_t bytes_per_token() const { return bytes_per_token(config_, precision_); }
+
+    /// Bytes of one stored key or value entry: sizeof(T) for f32, 2 for f16 and bf16.
+    static std::size_t stored_scalar_bytes(KvPrecision precision) {
+        return precision == KvPrecision::f32 ? sizeof(T) : sizeof(Eigen::half);
+    }
 
     /// Bytes per token of context of a cache for `config` (the file comment's formula):
-    /// L (k_width + v_width) sizeof(T) + [dint causal_softmax] L H sizeof(T) + d sizeof(T).
-    static std::size_t bytes_per_token(const ModelConfig& config) {
+    /// L (k_width + v_width) E + [dint causal_softmax] L H sizeof(T) + d sizeof(T).
+    static std::size_t bytes_per_token(const ModelConfig& config, KvPrecision precision = KvPrecision::f32) {
         const AttentionConfig attention = config.attention_config();
-        Index scalars = config.num_hidden_layers * (attention.k_width() + attention.v_width());
+        const Index stored = config.num_hidden_layers * (attention.k_width() + attention.v_width());
+        Index scalars = attention.head_dim();
         if (config.attention == AttentionKind::dint && config.dint_integral == DintIntegral::causal_softmax) {
             scalars += config.num_hidden_layers * config.num_attention_heads;
         }
-        scalars += attention.head_dim();
-        return static_cast<std::size_t>(scalars) * sizeof(T);
+        return static_cast<std::size_t>(stored) * stored_scalar_bytes(precision) +
+               static_cast<std::size_t>(scalars) * sizeof(T);
     }
 
-    /// Bytes of a cache of max_len tokens for `config`: max_len * bytes_per_token(config) + the
-    /// fixed DINT causal_mean sums, in long double (no overflow for any max_len). Equals bytes().
-    static long double bytes(const ModelConfig& config, Index max_len) {
+    /// Bytes of a cache of max_len tokens for `config`: max_len * bytes_per_token(config, precision)
+    /// + the fixed DINT causal_mean sums, in long double (no overflow for any max_len). Equals bytes().
+    static long double bytes(const ModelConfig& config, Index max_len, KvPrecision precision = KvPrecision::f32) {
         long double fixed = 0;
         if (config.attention == AttentionKind::dint && config.dint_integral != DintIntegral::causal_softmax) {
             fixed = static_cast<long double>(config.num_hidden_layers * config.num_attention_heads *
                                              config.attention_config().value_dim()) *
                     sizeof(T);
         }
-        return static_cast<long double>(bytes_per_token(config)) * static_cast<long double>(max_len) + fixed;
+        return static_cast<long double>(bytes_per_token(config, precision)) * static_cast<long double>(max_len) +
+               fixed;
     }
 
     /// Throws ConfigError for an invalid config; ShapeError for max_len outside [1,
     /// ModelConfig::max_positions] or a cache larger than memory_limit_bytes() (naming the bytes);
     /// OptionError for a model that cannot be decoded incrementally: an encoder ("causal": false)
-    /// or DINT global_mean.
-    static void check(const ModelConfig& config, Index max_len) {
+    /// or DINT global_mean; OptionError for a precision outside KvPrecision.
+    static void check(const ModelConfig& config, Index max_len, KvPrecision precision = KvPrecision::f32) {
+        require<OptionError>(precision == KvPrecision::f32 || precision == KvPrecision::f16 ||
+                                 precision == KvPrecision::bf16,
+                             "KvCache: unknown KvPrecision value ", static_cast<int>(precision));
         config.validate();
         require<ShapeError>(max_len > 0, "KvCache: max_len must be > 0, got ", max_len);
         require<ShapeError>(max_len <= ModelConfig::max_positions, "KvCache: max_len must be at most ",
                             ModelConfig::max_positions, " (ModelConfig::max_positions), got ", max_len, " (",
-                            detail::byte_count_text(bytes(config, max_len)), " bytes)");
+                            detail::byte_count_text(bytes(config, max_len, precision)), " bytes)");
         require_kv_cache_support("KvCache", config.attention_config());
-        require_memory(bytes(config, max_len), "KvCache: ", max_len, " tokens of ", bytes_per_token(config),
-                       " bytes each");
+        require_memory(bytes(config, max_len, precision), "KvCache: ", max_len, " tokens of ",
+                       bytes_per_token(config, precision), " bytes each");
     }
 
     /// True when a model of `config` can use this cache: the same layers, attention kind and
@@ -173,25 +199,103 @@ private:
     template <typename>
     friend class DecoderModel;
 
-    static const ModelConfig& checked(const ModelConfig& config, Index max_len) {
-        check(config, max_len);
+    /// The keys and values of every layer in the stored scalar S.
+    template <typename S>
+    struct Store {
+        std::vector<RowMatrix<S>> keys;    // L x [max_len x k_width]  rotated keys
+        std::vector<RowMatrix<S>> values;  // L x [max_len x v_width]  values
+
+        void allocate(Index layers, Index max_len, const AttentionConfig& attention) {
+            keys.reserve(static_cast<std::size_t>(layers));
+            values.reserve(static_cast<std::size_t>(layers));
+            for (Index i = 0; i < layers; ++i) {
+                keys.emplace_back(max_len, attention.k_width());
+                values.emplace_back(max_len, attention.v_width());
+            }
+        }
+        std::size_t bytes() const {
+            std::size_t entries = 0;
+            for (const RowMatrix<S>& m : keys) entries += static_cast<std::size_t>(m.size());
+            for (const RowMatrix<S>& m : values) entries += static_cast<std::size_t>(m.size());
+            return entries * sizeof(S);
+        }
+    };
+
+    static const ModelConfig& checked(const ModelConfig& config, Index max_len, KvPrecision precision) {
+        check(config, max_len, precision);
         return config;
     }
 
-    /// Layer `layer`'s keys, values, DINT histories and the rotary table, for its attention module.
-    KvCacheView<T> view(Index layer) {
+    /// Calls f(store) with the store of this cache's precision (the one dispatch on it).
+    template <typename F>
+    void visit_store(F&& f) { visit_store(*this, f); }
+    template <typename F>
+    void visit_store(F&& f) const { visit_store(*this, f); }
+    template <typename Self, typename F>
+    static void visit_store(Self& self, F& f) {
+        switch (self.precision_) {
+            case KvPrecision::f32: f(self.f32_); return;
+            case KvPrecision::f16: f(self.f16_); return;
+            case KvPrecision::bf16: f(self.bf16_); return;
+        }
+    }
+
+    /// The store of scalar S; OptionError naming `function` unless the cache stores S.
+    template <typename S>
+    const Store<S>& stored(const char* function) const {
+        const Store<S>* store = nullptr;
+        visit_store([&](const auto& s) {
+            if constexpr (std::is_same_v<const Store<S>&, decltype(s)>) store = &s;
+        });
+        require<OptionError>(store != nullptr, function, ": the cache stores its keys and values as ",
+                             to_string(precision_), ", not in the scalar asked for");
+        return *store;
+    }
+
+    /// Calls f(view) with layer `layer`'s view (view<S>) in the stored scalar S.
+    template <typename F>
+    void with_view(Index layer, F&& f) {
+        visit_store([&](auto& store) {
+            using S = typename std::decay_t<decltype(store.keys)>::value_type::Scalar;
+            KvCacheView<T, S> layer_view = view<S>(layer);
+            f(layer_view);
+        });
+    }
+
+    /// Layer `layer`'s keys, values, DINT histories and the rotary table, for its attention module,
+    /// with the keys and values in S, the scalar this cache stores (the caller has dispatched on
+    /// precision(): with_view, or a batch whose caches share one precision).
+    template <typename S>
+    KvCacheView<T, S> view(Index layer) {
         const auto i = static_cast<std::size_t>(layer);
         DintHistory<T>* histories =
             dint_.empty() ? nullptr : dint_.data() + i * static_cast<std::size_t>(config_.num_attention_heads);
-        return KvCacheView<T>{MatrixRef<T>(keys_[i]), MatrixRef<T>(values_[i]), length_, histories, &rotary_};
+        Store<S>& store = store_of<S>();
+        return KvCacheView<T, S>{MatrixRef<S>(store.keys[i]), MatrixRef<S>(store.values[i]), length_, histories,
+                                 &rotary_};
+    }
+
+    /// The store of scalar S (T, Eigen::half or Eigen::bfloat16).
+    template <typename S>
+    Store<S>& store_of() {
+        if constexpr (std::is_same_v<S, T>) {
+            return f32_;
+        } else if constexpr (std::is_same_v<S, Eigen::half>) {
+            return f16_;
+        } else {
+            static_assert(std::is_same_v<S, Eigen::bfloat16>, "a KvCache stores T, Eigen::half or Eigen::bfloat16");
+            return bf16_;
+        }
     }
 
     /// Records n more cached tokens (after every layer has written them).
     void advance(Index n) { length_ += n; }
 
     ModelConfig config_;
-    std::vector<RowMatrix<T>> keys_;    // L x [max_len x k_width]  rotated keys
-    std::vector<RowMatrix<T>> values_;  // L x [max_len x v_width]  values
+    KvPrecision precision_;
+    Store<T> f32_;                      // the store of precision_; the other two stay empty
+    Store<Eigen::half> f16_;
+    Store<Eigen::bfloat16> bf16_;
     std::vector<DintHistory<T>> dint_;  // dint: [L * H], layer i head h at i * H + h; else empty
     RotaryTable<T> rotary_;             // cos / sin of positions [0, max_len)
     Index length_ = 0;

@@ -1,0 +1,71 @@
+// Key and value operands stored in a narrower scalar than the kernels compute in: a half-precision
+// KV cache (Eigen::half or Eigen::bfloat16, docs/math.md §6). The kernels widen one tile of rows at
+// a time into the thread's scratch, so a decode step reads half the bytes and never converts the
+// whole cache. Eigen 3.4's cast expressions convert one scalar at a time (its cast functor has no
+// packet path), which would cost more than the bytes saved; with AVX-512, F16C or AVX2 the rows are
+// widened 16 or 8 entries per instruction, elsewhere by Eigen's scalar conversion.
+#pragma once
+
+#include "diffattn/core/types.hpp"
+
+#include <Eigen/Core>
+
+#include <cstdint>
+#include <type_traits>
+
+#if defined(__F16C__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace diffattn::detail {
+
+/// dst[0, n) = src[0, n) widened to T (exact: every half and bfloat16 value is a float).
+template <typename T, typename S>
+void widen(const S* src, T* dst, Index n) {
+    Index i = 0;
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<S, Eigen::half>) {
+#if defined(__AVX512F__)
+        for (; i + 16 <= n; i += 16) {
+            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+            _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
+        }
+#endif
+#if defined(__F16C__)
+        for (; i + 8 <= n; i += 8) {
+            const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+        }
+#endif
+    } else if constexpr (std::is_same_v<T, float> && std::is_same_v<S, Eigen::bfloat16>) {
+#if defined(__AVX512F__)
+        for (; i + 16 <= n; i += 16) {
+            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+            _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+        }
+#endif
+#if defined(__AVX2__)
+        // A bfloat16 is the upper half of a float's bits.
+        for (; i + 8 <= n; i += 8) {
+            const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+            _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+        }
+#endif
+    }
+    for (; i < n; ++i) dst[i] = static_cast<T>(static_cast<float>(src[i]));
+}
+
+/// Rows [begin, begin + count) of a key or value operand stored in the scalar S, as T: the rows
+/// themselves when S is T (no copy), else widened into `buffer` [>= count x cols], a tile of the
+/// thread's scratch (BlockScratch::key_tile / value_tile).
+template <typename T, typename S>
+auto rows_as(const ConstMatrixRef<S>& m, Index begin, Index count, RowMatrix<T>& buffer) {
+    if constexpr (std::is_same_v<S, T>) {
+        return m.middleRows(begin, count);
+    } else {
+        auto tile = buffer.topLeftCorner(count, m.cols());
+        for (Index r = 0; r < count; ++r) widen(m.row(begin + r).data(), tile.row(r).data(), m.cols());
+        return tile;
+    }
+}
+
+}  // namespace diffattn::detail
