@@ -19,8 +19,8 @@
 
 namespace diffattn::detail {
 
-/// Calls with fewer rows than this take few_rows_linear; larger ones Eigen's GEMM, which is as fast
-/// from 16 rows on (docs/benchmarks.md).
+/// Calls with fewer rows than this take few_rows_linear; larger ones Eigen's GEMM, whose packing of
+/// W pays off once it serves many rows.
 inline constexpr Index kFewRowsLinear = 16;
 
 /// out[n, j] = x[n] . w[j] for the R weight rows from j and the N (<= 4) x rows, over the whole
