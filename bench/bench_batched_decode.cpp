@@ -82,14 +82,6 @@ double step_bytes(const DecoderModel<float>& model, Index batch, Index context) 
     return (weights + cache) * sizeof(float);
 }
 
-void BM_stream_read(benchmark::State& state, int threads) {
-    bench::stream_sum(threads);
-    const auto start = bench::Clock::now();
-    for (auto _ : state) benchmark::DoNotOptimize(bench::stream_sum(threads));
-    state.counters["bytes_per_second"] =
-        static_cast<double>(bench::kStreamBytes) * state.iterations() / bench::seconds_since(start);
-}
-
 void BM_batched_decode(benchmark::State& state, Index batch, Index context, int threads) {
     const DecoderModel<float>& model = bench_model();
     std::vector<KvCache<float>> caches(static_cast<std::size_t>(batch), prefilled(context));
@@ -140,14 +132,7 @@ void BM_linear(benchmark::State& state, Index rows, int threads) {
 }
 
 void register_all(const bench::BenchArgs& args) {
-    for (int threads : {1, 2}) {
-        bench::Name name("stream_read");
-        name("threads", threads);
-        benchmark::RegisterBenchmark(name.str().c_str(), [=](benchmark::State& s) { BM_stream_read(s, threads); })
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond)
-            ->Iterations(5);
-    }
+    bench::register_stream_read();
     const std::vector<Index> batches = args.quick ? std::vector<Index>{1, 8} : std::vector<Index>{1, 2, 4, 8, 16};
     for (Index batch : batches) {
         for (int threads : {1, 2}) {

@@ -252,7 +252,8 @@ inline int run_main(int argc, char** argv, const BenchArgs& args) {
 
 constexpr std::size_t kStreamBytes = std::size_t{512} << 20;
 
-// The bandwidth yardstick of the decode benchmarks (bench_decode, bench/peers/ggml): a vectorised
+// The bandwidth yardstick of the decode benchmarks (bench_decode, bench_batched_decode,
+// bench/peers/ggml): a vectorised
 // sum over a 512 MB buffer, split in equal parts over the threads.
 
 /// The yardstick's buffer: 512 MB of floats, written once (so its pages exist).
@@ -288,6 +289,28 @@ double stream_bandwidth(int threads) {
         best = std::max(best, static_cast<double>(kStreamBytes) / seconds_since(start));
     }
     return measured[threads] = best;
+}
+
+/// Registers stream_read/threads:<T> for T = 1, 2, the yardstick shown beside a decode program's
+/// roofline counters: bytes_per_second of the timed passes, and best_of_3_bytes_per_second, the
+/// stream_bandwidth() the roofline counters divide by.
+inline void register_stream_read() {
+    for (int threads : {1, 2}) {
+        const std::string name = "stream_read/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [=](benchmark::State& state) {
+                                         stream_sum(threads);
+                                         const auto start = Clock::now();
+                                         for (auto _ : state) benchmark::DoNotOptimize(stream_sum(threads));
+                                         const double seconds = seconds_since(start);
+                                         state.counters["bytes_per_second"] =
+                                             static_cast<double>(kStreamBytes) * state.iterations() / seconds;
+                                         state.counters["best_of_3_bytes_per_second"] = stream_bandwidth(threads);
+                                     })
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond)
+            ->Iterations(5);
+    }
 }
 
 }  // namespace bench

@@ -91,15 +91,6 @@ std::vector<Token> bench_tokens(Index n, Index vocab) {
     return tokens;
 }
 
-void BM_stream_read(benchmark::State& state, int threads) {
-    bench::stream_sum(threads);
-    const auto start = bench::Clock::now();
-    for (auto _ : state) benchmark::DoNotOptimize(bench::stream_sum(threads));
-    const double seconds = bench::seconds_since(start);
-    state.counters["bytes_per_second"] = static_cast<double>(bench::kStreamBytes) * state.iterations() / seconds;
-    state.counters["best_of_3_bytes_per_second"] = bench::stream_bandwidth(threads);
-}
-
 /// Bytes one decode step at `context` cached tokens must read at least: the weights (the token
 /// embedding only one row, unless lm_head shares it) and the cached keys and values of every
 /// layer, and DINT causal_softmax's column sums (read and written).
@@ -173,14 +164,7 @@ void BM_decode_recompute(benchmark::State& state, int kind, Index context, int t
 }
 
 void register_all(const bench::BenchArgs& args, bool long_contexts) {
-    for (int threads : {1, 2}) {
-        bench::Name name("stream_read");
-        name("threads", threads);
-        benchmark::RegisterBenchmark(name.str().c_str(), [=](benchmark::State& s) { BM_stream_read(s, threads); })
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond)
-            ->Iterations(5);
-    }
+    bench::register_stream_read();
     std::vector<Index> contexts = args.quick ? std::vector<Index>{256, 1024} : std::vector<Index>{2048, 8192};
     if (long_contexts && !args.quick) contexts.push_back(32768);
     for (const char* family : {"decode_cached", "decode_recompute"}) {
