@@ -19,11 +19,15 @@
 /// Explicit instantiation declarations (PREFIX = extern) or definitions (PREFIX empty) of the
 /// fast kernels of one scalar type T.
 #define DIFFATTN_TEST_KERNEL_INSTANCES(PREFIX, T)                                                             \
-    PREFIX template decltype(diffattn::detail::softmax_attention<T>) diffattn::detail::softmax_attention<T>; \
-    PREFIX template decltype(diffattn::detail::diff_attention<T>) diffattn::detail::diff_attention<T>;       \
-    PREFIX template decltype(diffattn::detail::dint_attention<T>) diffattn::detail::dint_attention<T>;
+    PREFIX template decltype(diffattn::detail::softmax_attention<T, T>) diffattn::detail::softmax_attention<T, T>; \
+    PREFIX template decltype(diffattn::detail::diff_attention<T, T>) diffattn::detail::diff_attention<T, T>;      \
+    PREFIX template decltype(diffattn::detail::dint_attention<T, T>) diffattn::detail::dint_attention<T, T>;
 
-#if defined(DIFFATTN_TEST_SHARED_SUPPORT)
+// Not with clang: clang 14 mangles a kernel whose key/value scalar S is a second template
+// parameter differently where it is called (f<T, S>) and where it is instantiated explicitly
+// (a substitution index in the name differs), so the calls would not find the one copy; its
+// builds (the sanitizer presets) instantiate the kernels in every TU instead.
+#if defined(DIFFATTN_TEST_SHARED_SUPPORT) && !defined(__clang__)
 DIFFATTN_TEST_KERNEL_INSTANCES(extern, float)
 DIFFATTN_TEST_KERNEL_INSTANCES(extern, double)
 #endif
