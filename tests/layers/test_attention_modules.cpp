@@ -403,7 +403,8 @@ TEST_CASE("forward with a KV cache view refuses encoders and full views", "[laye
     const RowMatrix<double> x = seeded_input<double>(2, 32, 3);
     RowMatrix<double> y(2, 32), plain(2, 32);
     module.forward(x, plain, scratch);
-    KvCacheView<double> view{keys, values, 0, nullptr, &rotary};
+    KvCacheView<double> view{HeadBlocks<double>::columns(keys, config.n_key_maps()),
+                             HeadBlocks<double>::columns(values, config.n_value_heads()), 0, nullptr, &rotary};
     module.forward(x, y, scratch, ExecutionContext{}, &view);  // an empty cache: the plain forward
     CHECK(y == plain);
     view.length = 7;  // 7 + 2 rows do not fit in 8

@@ -10,6 +10,7 @@
 
 #include <Eigen/Core>
 
+#include <cassert>
 #include <cstdint>
 #include <type_traits>
 
@@ -19,19 +20,24 @@
 
 namespace diffattn::detail {
 
-/// dst[0, n) = src[0, n) widened to T (exact: every half and bfloat16 value is a float).
+/// dst[0, n) = src[0, n) widened to T (exact: every half and bfloat16 value is a float). src is
+/// streamed from memory: the loops ask for it kWidenAhead entries ahead (a prefetch past the end of
+/// the rows is a hint the CPU drops, never a read).
 template <typename T, typename S>
 void widen(const S* src, T* dst, Index n) {
+    [[maybe_unused]] constexpr Index kWidenAhead = 4096 / sizeof(S);  // SIMD paths only
     Index i = 0;
     if constexpr (std::is_same_v<T, float> && std::is_same_v<S, Eigen::half>) {
 #if defined(__AVX512F__)
         for (; i + 16 <= n; i += 16) {
+            _mm_prefetch(reinterpret_cast<const char*>(src + i) + sizeof(S) * kWidenAhead, _MM_HINT_T0);
             const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
             _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
         }
 #endif
 #if defined(__F16C__)
         for (; i + 8 <= n; i += 8) {
+            _mm_prefetch(reinterpret_cast<const char*>(src + i) + sizeof(S) * kWidenAhead, _MM_HINT_T0);
             const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
             _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
         }
@@ -39,6 +45,7 @@ void widen(const S* src, T* dst, Index n) {
     } else if constexpr (std::is_same_v<T, float> && std::is_same_v<S, Eigen::bfloat16>) {
 #if defined(__AVX512F__)
         for (; i + 16 <= n; i += 16) {
+            _mm_prefetch(reinterpret_cast<const char*>(src + i) + sizeof(S) * kWidenAhead, _MM_HINT_T0);
             const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
             _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
         }
@@ -46,6 +53,7 @@ void widen(const S* src, T* dst, Index n) {
 #if defined(__AVX2__)
         // A bfloat16 is the upper half of a float's bits.
         for (; i + 8 <= n; i += 8) {
+            _mm_prefetch(reinterpret_cast<const char*>(src + i) + sizeof(S) * kWidenAhead, _MM_HINT_T0);
             const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
             _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
         }
@@ -62,8 +70,17 @@ auto rows_as(const ConstMatrixRef<S>& m, Index begin, Index count, RowMatrix<T>&
     if constexpr (std::is_same_v<S, T>) {
         return m.middleRows(begin, count);
     } else {
-        auto tile = buffer.topLeftCorner(count, m.cols());
-        for (Index r = 0; r < count; ++r) widen(m.row(begin + r).data(), tile.row(r).data(), m.cols());
+        // The buffer's first count * cols entries as a [count x cols] tile: contiguous rows (a KV
+        // cache's head-major rows, layers/head_blocks.hpp) widen in one pass.
+        using Tile = Eigen::Map<RowMatrix<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+        const Index cols = m.cols();
+        assert(buffer.rows() * buffer.cols() >= count * cols);
+        Tile tile(buffer.data(), count, cols, Eigen::OuterStride<>(cols));
+        if (m.outerStride() == cols) {
+            if (count > 0) widen(m.row(begin).data(), tile.data(), count * cols);
+        } else {
+            for (Index r = 0; r < count; ++r) widen(m.row(begin + r).data(), tile.row(r).data(), cols);
+        }
         return tile;
     }
 }

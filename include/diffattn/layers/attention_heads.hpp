@@ -7,7 +7,8 @@
 //   DiffHeads     kernel 2.2 on maps 2h, 2h+1 with the layer's lambda    (diff, shared_diff)
 //   DintHeads     kernel 2.3, same maps, plus the integral               (dint)
 //   DiffV2Heads   two kernels 2.1, O[2h] - sigmoid(l[n, h]) O[2h+1]       (diff_v2)
-// Heads are middleCols blocks of the call's buffers: no head is ever copied. Keys and values may
+// Heads are blocks of the call's buffers (queries: column blocks; keys and values: HeadBlocks,
+// column blocks or a KV cache's head-major blocks): no head is ever copied. Keys and values may
 // be stored in a narrower scalar S (a half-precision KV cache, docs/math.md §6): the kernels then
 // widen them tile by tile.
 #pragma once
@@ -20,6 +21,7 @@
 #include "diffattn/kernels/softmax_attention.hpp"
 #include "diffattn/layers/attention_config.hpp"
 #include "diffattn/layers/attention_kernels.hpp"
+#include "diffattn/layers/head_blocks.hpp"
 
 #include <type_traits>
 
@@ -31,8 +33,9 @@ template <typename T, typename S = T>
 struct HeadContext {
     const AttentionConfig& config;
     ConstMatrixRef<T> q;            ///< [N x q_width]   rotated queries
-    ConstMatrixRef<S> k;            ///< [S x k_width]   rotated keys, S >= N (S > N with a KV cache)
-    ConstMatrixRef<S> v;            ///< [S x v_width]   values
+    HeadBlocks<const S> k;          ///< key maps of [S x d] rotated keys, S >= N (S > N with a KV cache)
+    HeadBlocks<const S> v;          ///< value heads of [S x dv]
+    Index kv_rows;                  ///< S: the keys and values a head attends over
     mutable MatrixRef<T> heads;     ///< [N x out_width] head outputs (written per head)
     mutable MatrixRef<T> second;    ///< diff_v2: [N x out_width] O[2h+1] (written per head); else unused
     ConstMatrixRef<T> lambda_gate;  ///< diff_v2: [N x H] sigmoid(l); else unused
@@ -56,9 +59,9 @@ struct HeadContext {
     /// Query map of map m of head h: [N x d].
     auto query(Index h, Index m) const { return q.middleCols(config.query_map(h, m) * d(), d()); }
     /// Key map used by map m of head h: [S x d].
-    auto key(Index h, Index m) const { return k.middleCols(config.key_map(h, m) * d(), d()); }
+    auto key(Index h, Index m) const { return k.head(config.key_map(h, m), 0, kv_rows); }
     /// Value head used by map m of head h: [S x dv].
-    auto value(Index h, Index m) const { return v.middleCols(config.value_head(h, m) * dv(), dv()); }
+    auto value(Index h, Index m) const { return v.head(config.value_head(h, m), 0, kv_rows); }
     /// Output columns of head h: [N x dv].
     auto output(Index h) const { return heads.middleCols(h * dv(), dv()); }
     /// diff_v2: where O[2h+1] goes: [N x dv].

@@ -1,6 +1,7 @@
 // One layer's share of a KV cache, as a multi-head attention module sees it (docs/math.md §6).
 //
 // The module writes the N rotated key rows and value rows of its call at rows [length, length + N)
+// of every head (each head's rows are a block of their own: layers/head_blocks.hpp)
 // and attends over rows [0, length + N) (the kernels' S >= N form, causal offset S - N = length);
 // rotary positions start at `length`. It does not advance `length`: the owner of the cache
 // (model/kv_cache.hpp) does that once every layer has run. Without a cache the module uses the
@@ -13,6 +14,7 @@
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/options.hpp"
 #include "diffattn/layers/attention_config.hpp"
+#include "diffattn/layers/head_blocks.hpp"
 #include "diffattn/layers/rotary.hpp"
 
 #include <Eigen/Core>
@@ -57,14 +59,15 @@ using KvScalar = std::conditional_t<precision == KvPrecision::f16, Eigen::half,
 /// S: the scalar keys and values are stored in (T, Eigen::half or Eigen::bfloat16; KvScalar).
 template <typename T, typename S = T>
 struct KvCacheView {
-    MatrixRef<S> keys;               ///< [capacity x k_width]  rotated keys; rows [0, length) hold earlier tokens
-    MatrixRef<S> values;             ///< [capacity x v_width]  values; rows [0, length) hold earlier tokens
+    HeadBlocks<S> keys;              ///< k_width / d maps of [capacity x d]  rotated keys; rows [0, length)
+                                     ///< hold earlier tokens
+    HeadBlocks<S> values;            ///< v_width / dv heads of [capacity x dv]  values, the same rows
     Index length;                    ///< tokens already cached = position of this call's first token
     DintHistory<T>* dint_histories;  ///< dint: [H] per-head histories with rows == length; else nullptr
     const RotaryTable<T>* rotary;    ///< cos / sin of positions [0, capacity) at least
 
     /// Rows the cache can hold: length + N must not exceed it.
-    Index capacity() const { return keys.rows(); }
+    Index capacity() const { return keys.capacity; }
 };
 
 /// The rows of a call that continue one sequence: rows [first, first + rows) of the call's input

@@ -201,8 +201,9 @@ public:
 
 private:
     /// The cache view over the scratch's own K and V rows: the plain forward, positions from 0.
-    static KvCacheView<T> scratch_cache(AttentionScratch<T>& scratch) {
-        return KvCacheView<T>{MatrixRef<T>(scratch.k), MatrixRef<T>(scratch.v), 0, nullptr, &scratch.rotary};
+    KvCacheView<T> scratch_cache(AttentionScratch<T>& scratch) const {
+        return KvCacheView<T>{HeadBlocks<T>::columns(scratch.k, config_.n_key_maps()),
+                              HeadBlocks<T>::columns(scratch.v, config_.n_value_heads()), 0, nullptr, &scratch.rotary};
     }
 
     /// The one forward path: prefill, decode, batched decode and the plain forward (cached false:
@@ -246,9 +247,9 @@ private:
             kv.rotary->apply(q.middleRows(first, rows), position);
             kv.rotary->apply(k.middleRows(first, rows), position);
             // The plain forward's keys are already where its heads read them.
-            if (!std::is_same_v<S, T> || static_cast<const void*>(kv.keys.data()) != k.data()) {
-                kv.keys.middleRows(kv.length, rows) = k.middleRows(first, rows).template cast<S>();
-                kv.values.middleRows(kv.length, rows) = v.middleRows(first, rows).template cast<S>();
+            if (!std::is_same_v<S, T> || static_cast<const void*>(kv.keys.data) != k.data()) {
+                kv.keys.write_rows(kv.length, k.middleRows(first, rows));
+                kv.values.write_rows(kv.length, v.middleRows(first, rows));
             }
             capacity = std::max(capacity, kv.capacity());
         }
@@ -273,8 +274,9 @@ private:
         options.mask = config_.mask();
         return HeadContext<T, S>{config_,
                               scratch.q.middleRows(first, rows),
-                              sequence.cache.keys.topRows(seq_len_kv),
-                              sequence.cache.values.topRows(seq_len_kv),
+                              sequence.cache.keys.as_const(),
+                              sequence.cache.values.as_const(),
+                              seq_len_kv,
                               heads,
                               v2 ? MatrixRef<T>(scratch.second.middleRows(first, rows)) : MatrixRef<T>(heads),
                               v2 ? ConstMatrixRef<T>(scratch.lambda_gate.middleRows(first, rows))
@@ -359,18 +361,22 @@ private:
             if (cached) check_cache(rows.cache, rows.rows);
         }
         require<ShapeError>(next == n, function, ": the sequences hold ", next, " rows but x has ", n);
-        require_distinct_caches(function, count, [&](Index s) { return sequence(s).cache.keys.data(); });
+        require_distinct_caches(function, count, [&](Index s) { return sequence(s).cache.keys.data; });
     }
 
     template <typename S>
     void check_cache(const KvCacheView<T, S>& cache, Index n) const {
         constexpr const char* function = "MultiHeadAttention::forward";
         require_kv_cache_support(function, config_);
-        require<ShapeError>(cache.keys.cols() == config_.k_width() && cache.values.cols() == config_.v_width() &&
-                                cache.values.rows() == cache.keys.rows(),
-                            function, ": the KV cache has keys ", detail::shape_of(cache.keys), " and values ",
-                            detail::shape_of(cache.values), " but this module needs ", config_.k_width(), " and ",
-                            config_.v_width(), " columns and equal row counts");
+        require<ShapeError>(cache.keys.heads == config_.n_key_maps() && cache.keys.width == config_.head_dim() &&
+                                cache.values.heads == config_.n_value_heads() &&
+                                cache.values.width == config_.value_dim() &&
+                                cache.values.capacity == cache.keys.capacity,
+                            function, ": the KV cache has ", cache.keys.heads, " key maps of [", cache.keys.capacity,
+                            " x ", cache.keys.width, "] and ", cache.values.heads, " value heads of [",
+                            cache.values.capacity, " x ", cache.values.width, "] but this module needs ",
+                            config_.n_key_maps(), " of width ", config_.head_dim(), " and ", config_.n_value_heads(),
+                            " of width ", config_.value_dim(), ", with equal row counts");
         require<ShapeError>(cache.length >= 0 && n <= cache.capacity() - cache.length, function,
                             ": the KV cache holds ", cache.length, " of at most ", cache.capacity(), " tokens; ", n,
                             " more do not fit");

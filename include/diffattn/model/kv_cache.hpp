@@ -86,20 +86,25 @@ public:
         for (DintHistory<T>& history : dint_) history.reset();
     }
 
-    /// The rotated keys of layer `layer`, [length x k_width] (valid until the cache changes), of a
-    /// cache storing T (KvPrecision::f32; else OptionError: see stored_keys).
-    ConstMatrixRef<T> keys(Index layer) const { return stored_keys<T>(layer); }
-    /// The values of layer `layer`, [length x v_width], of a cache storing T.
-    ConstMatrixRef<T> values(Index layer) const { return stored_values<T>(layer); }
+    /// A copy of the rotated keys of layer `layer`, [length x k_width] with the maps side by side as
+    /// the key projection lays them out, of a cache storing T (KvPrecision::f32; else OptionError:
+    /// see stored_keys). The cache itself holds each map's rows contiguously (layers/head_blocks.hpp).
+    RowMatrix<T> keys(Index layer) const { return stored_keys<T>(layer); }
+    /// A copy of the values of layer `layer`, [length x v_width], of a cache storing T.
+    RowMatrix<T> values(Index layer) const { return stored_values<T>(layer); }
     /// As keys() in the stored scalar S (KvScalar<T, precision()>; another S: OptionError).
     template <typename S>
-    ConstMatrixRef<S> stored_keys(Index layer) const {
-        return stored<S>("KvCache::keys").keys.at(static_cast<std::size_t>(layer)).topRows(length_);
+    RowMatrix<S> stored_keys(Index layer) const {
+        const Store<S>& store = stored<S>("KvCache::keys");
+        return HeadBlocks<const S>::head_major(store.keys.at(static_cast<std::size_t>(layer)), key_maps())
+            .template gather<S>(length_);
     }
     /// As values() in the stored scalar S.
     template <typename S>
-    ConstMatrixRef<S> stored_values(Index layer) const {
-        return stored<S>("KvCache::values").values.at(static_cast<std::size_t>(layer)).topRows(length_);
+    RowMatrix<S> stored_values(Index layer) const {
+        const Store<S>& store = stored<S>("KvCache::values");
+        return HeadBlocks<const S>::head_major(store.values.at(static_cast<std::size_t>(layer)), value_heads())
+            .template gather<S>(length_);
     }
 
     /// Bytes held by the cache (keys, values, DINT histories, rotary table): max_len *
@@ -202,15 +207,16 @@ private:
     /// The keys and values of every layer in the stored scalar S.
     template <typename S>
     struct Store {
-        std::vector<RowMatrix<S>> keys;    // L x [max_len x k_width]  rotated keys
-        std::vector<RowMatrix<S>> values;  // L x [max_len x v_width]  values
+        // Head-major (layers/head_blocks.hpp): map b's rows at rows [b max_len, (b+1) max_len).
+        std::vector<RowMatrix<S>> keys;    // L x [n_key_maps max_len x d]  rotated keys
+        std::vector<RowMatrix<S>> values;  // L x [n_value_heads max_len x dv]  values
 
         void allocate(Index layers, Index max_len, const AttentionConfig& attention) {
             keys.reserve(static_cast<std::size_t>(layers));
             values.reserve(static_cast<std::size_t>(layers));
             for (Index i = 0; i < layers; ++i) {
-                keys.emplace_back(max_len, attention.k_width());
-                values.emplace_back(max_len, attention.v_width());
+                keys.emplace_back(attention.n_key_maps() * max_len, attention.head_dim());
+                values.emplace_back(attention.n_value_heads() * max_len, attention.value_dim());
             }
         }
         std::size_t bytes() const {
@@ -271,7 +277,8 @@ private:
         DintHistory<T>* histories =
             dint_.empty() ? nullptr : dint_.data() + i * static_cast<std::size_t>(config_.num_attention_heads);
         Store<S>& store = store_of<S>();
-        return KvCacheView<T, S>{MatrixRef<S>(store.keys[i]), MatrixRef<S>(store.values[i]), length_, histories,
+        return KvCacheView<T, S>{HeadBlocks<S>::head_major(store.keys[i], key_maps()),
+                                 HeadBlocks<S>::head_major(store.values[i], value_heads()), length_, histories,
                                  &rotary_};
     }
 
@@ -287,6 +294,9 @@ private:
             return bf16_;
         }
     }
+
+    Index key_maps() const { return config_.attention_config().n_key_maps(); }
+    Index value_heads() const { return config_.attention_config().n_value_heads(); }
 
     /// Records n more cached tokens (after every layer has written them).
     void advance(Index n) { length_ += n; }
