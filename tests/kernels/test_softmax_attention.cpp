@@ -116,3 +116,38 @@ TEMPLATE_TEST_CASE("softmax_attention decode calls (N < kMinPackedRows) split th
         check_softmax_case<T>(rng, c, workspace);
     });
 }
+
+namespace {
+
+/// softmax_attention_pair (DIFF V2's two query heads over one kv head) on one case: each output equal,
+/// bit for bit, to softmax_attention on its own map, and within docs/math.md §7 of the reference.
+template <typename T>
+void check_pair_case(std::mt19937& rng, const KernelCase& c, AttentionWorkspace<T>* workspace) {
+    using W = Wide<T>;
+    const auto in = random_diff_inputs<T>(rng, c);
+    const AttentionOptions o = c.options();
+    RowMatrix<T> out1 = RowMatrix<T>::Constant(c.seq_len_q, c.value_dim, T(12345));
+    RowMatrix<T> out2 = out1, alone1 = out1, alone2 = out1;
+    detail::softmax_attention_pair<T, T>(in.q1, in.k1, in.q2, in.k2, in.v, out1, out2, o, workspace);
+    diffattn::softmax_attention(in.q1, in.k1, in.v, alone1, o, workspace);
+    diffattn::softmax_attention(in.q2, in.k2, in.v, alone2, o, workspace);
+    CHECK(out1 == alone1);
+    CHECK(out2 == alone2);
+    const auto wide = in.template cast<W>();
+    check_spec7<T>("softmax_attention_pair map 2 " + c.describe(), out2, reference::softmax_attention(in.q2, in.k2, in.v, o),
+                   reference::softmax_attention(wide.q2, wide.k2, wide.v, o), case_error_bound<T>(c, 1));
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("softmax_attention_pair equals two softmax_attention calls bit for bit, prefill and decode on "
+                   "1, 2 and 3 threads",
+                   "[kernels][softmax_attention][threads][decode]", float, double) {
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    AttentionWorkspace<T> workspace;
+    for (const KernelCase& c : kernel_cases(rng, kQueryTile, kKeyTile, 4)) check_pair_case<T>(rng, c, &workspace);
+    for_each_decode_case<T>(rng, 8, [&](const KernelCase& c, AttentionWorkspace<T>* ws) {
+        check_pair_case<T>(rng, c, ws);
+    });
+}

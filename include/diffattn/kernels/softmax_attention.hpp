@@ -25,6 +25,38 @@ void softmax_attention(const ConstMatrixRef<T>& q, const ConstMatrixRef<S>& k, c
     });
 }
 
+/// Two softmax attentions over the same values (docs/math.md §2.1 twice): out1 = softmax(s Q1 K1^T +
+/// M) V and out2 = softmax(s Q2 K2^T + M) V, each value tile read once for both maps (attend_maps), as
+/// DIFF V2's two query heads of one kv head need (docs/math.md §3.4). Each output equals that of
+/// softmax_attention on its map, bit for bit: the maps fold their tiles exactly as alone.
+template <typename T, typename S = T>
+void softmax_attention_pair(const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>& k1, const ConstMatrixRef<T>& q2,
+                            const ConstMatrixRef<S>& k2, const ConstMatrixRef<S>& v, MatrixRef<T> out1,
+                            MatrixRef<T> out2, const AttentionOptions& options, AttentionWorkspace<T>* workspace) {
+    constexpr const char* function = "softmax_attention_pair";
+    const ResolvedOptions resolved = check_attention<T, S>(function, "Q1", "K1", "V", q1, k1, v, out1, options);
+    check_attention<T, S>(function, "Q2", "K2", "V", q2, k2, v, out2, options);
+    require_same_shape(function, named("Q2", q2), named("Q1", q1));
+    require_same_shape(function, named("K2", k2), named("K1", k1));
+    require_no_alias(function, "out2", out2, "out1", out1);
+    AttentionWorkspace<T> local;
+    AttentionWorkspace<T>& ws =
+        prepare_workspace(workspace, local, q1.rows(), k1.rows(), q1.cols(), v.cols(), resolved.threads);
+    const DotProductLogits<T, S> logits1(q1, k1, T(resolved.scale)), logits2(q2, k2, T(resolved.scale));
+    const int key_threads = key_split_threads(q1.rows(), resolved.threads);
+    dispatch_mask(resolved.mask, q1.rows(), k1.rows(), resolved.valid_len, [&](const auto& mask) {
+        for_each_query_group(q1.rows(), resolved.threads, mask, ws,
+                             [&](Index q_begin, Index q_rows, BlockScratch<T>& scratch) {
+                                 OnlineSoftmaxState<T>& map1 = scratch.states[0];
+                                 OnlineSoftmaxState<T>& map2 = scratch.states[1];
+                                 attend_maps<T>({&logits1, &logits2}, mask, q_begin, q_rows, v, ws, scratch,
+                                                key_threads, {&map1, &map2});
+                                 map1.normalize_into(out1.middleRows(q_begin, q_rows));
+                                 map2.normalize_into(out2.middleRows(q_begin, q_rows));
+                             });
+    });
+}
+
 }  // namespace detail
 
 /// Softmax attention of one head (docs/math.md §2.1).

@@ -134,8 +134,14 @@ struct DiffV2Heads {
     static void run(const HeadContext<T, S>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
         auto out = c.output(h);           // [N x d]  O[2h], then the head's output
         auto second = c.second_output(h); // [N x d]  O[2h+1]
-        run_softmax(c, 0, out, h, ws, threads);
-        run_softmax(c, 1, second, h, ws, threads);
+        if (c.replacement() == nullptr && c.config.value_head(h, 0) == c.config.value_head(h, 1)) {
+            // Both query heads read one kv head: one pass over its values for the two maps.
+            detail::softmax_attention_pair<T, S>(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1),
+                                                 c.value(h, 0), out, second, c.options_on(threads), &ws);
+        } else {
+            run_softmax(c, 0, out, h, ws, threads);
+            run_softmax(c, 1, second, h, ws, threads);
+        }
         out.noalias() -= c.lambda_gate.col(h).asDiagonal() * second;
     }
 };
