@@ -47,18 +47,13 @@ void diff_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>& k1, co
                     const ConstMatrixRef<S>& k2, const ConstMatrixRef<S>& v, T lambda, MatrixRef<T> out,
                     const AttentionOptions& options, AttentionWorkspace<T>* workspace) {
     const ResolvedOptions resolved = check_differential<T, S>("diff_attention", q1, k1, q2, k2, v, lambda, out, options);
-    AttentionWorkspace<T> local;
-    AttentionWorkspace<T>& ws =
-        prepare_workspace(workspace, local, q1.rows(), k1.rows(), q1.cols(), v.cols(), resolved.threads);
-    const DotProductLogits<T, S> logits1(q1, k1, T(resolved.scale)), logits2(q2, k2, T(resolved.scale));
-    const int key_threads = key_split_threads(q1.rows(), resolved.threads);
-    dispatch_mask(resolved.mask, q1.rows(), k1.rows(), resolved.valid_len, [&](const auto& mask) {
-        for_each_query_group(q1.rows(), resolved.threads, mask, ws,
-                             [&](Index q_begin, Index q_rows, BlockScratch<T>& scratch) {
-                                 differential_block(logits1, logits2, mask, q_begin, q_rows, v,
-                                                    lambda, ws, scratch, key_threads, out);
-                             });
-    });
+    for_each_two_map_group<T, S>(q1, k1, q2, k2, v, resolved, workspace,
+                                 [&](const auto& logits1, const auto& logits2, const auto& mask, Index q_begin,
+                                     Index q_rows, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch,
+                                     int key_threads) {
+                                     differential_block(logits1, logits2, mask, q_begin, q_rows, v, lambda, ws,
+                                                        scratch, key_threads, out);
+                                 });
 }
 
 }  // namespace detail

@@ -81,4 +81,25 @@ void attend_maps(Logits* const (&maps)[M], const Mask& mask, Index q_begin, Inde
     for (std::size_t m = 0; m < M; ++m) into[m]->merge(parts + static_cast<Index>(m) * runs, runs);
 }
 
+/// The frame of a call of two maps s Q1 K1^T and s Q2 K2^T over one V (DIFF, DIFF V2's pair of
+/// query heads): prepares the workspace, makes both logits policies, dispatches the mask, and calls
+/// f(logits1, logits2, mask, q_begin, q_rows, ws, scratch, key_threads) for each query group on the
+/// thread running it.
+template <typename T, typename S, typename F>
+void for_each_two_map_group(const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>& k1, const ConstMatrixRef<T>& q2,
+                            const ConstMatrixRef<S>& k2, const ConstMatrixRef<S>& v, const ResolvedOptions& resolved,
+                            AttentionWorkspace<T>* workspace, F&& f) {
+    AttentionWorkspace<T> local;
+    AttentionWorkspace<T>& ws =
+        prepare_workspace(workspace, local, q1.rows(), k1.rows(), q1.cols(), v.cols(), resolved.threads);
+    const DotProductLogits<T, S> logits1(q1, k1, T(resolved.scale)), logits2(q2, k2, T(resolved.scale));
+    const int key_threads = key_split_threads(q1.rows(), resolved.threads);
+    dispatch_mask(resolved.mask, q1.rows(), k1.rows(), resolved.valid_len, [&](const auto& mask) {
+        for_each_query_group(q1.rows(), resolved.threads, mask, ws,
+                             [&](Index q_begin, Index q_rows, BlockScratch<T>& scratch) {
+                                 f(logits1, logits2, mask, q_begin, q_rows, ws, scratch, key_threads);
+                             });
+    });
+}
+
 }  // namespace diffattn::detail

@@ -39,22 +39,17 @@ void softmax_attention_pair(const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>
     require_same_shape(function, named("Q2", q2), named("Q1", q1));
     require_same_shape(function, named("K2", k2), named("K1", k1));
     require_no_alias(function, "out2", out2, "out1", out1);
-    AttentionWorkspace<T> local;
-    AttentionWorkspace<T>& ws =
-        prepare_workspace(workspace, local, q1.rows(), k1.rows(), q1.cols(), v.cols(), resolved.threads);
-    const DotProductLogits<T, S> logits1(q1, k1, T(resolved.scale)), logits2(q2, k2, T(resolved.scale));
-    const int key_threads = key_split_threads(q1.rows(), resolved.threads);
-    dispatch_mask(resolved.mask, q1.rows(), k1.rows(), resolved.valid_len, [&](const auto& mask) {
-        for_each_query_group(q1.rows(), resolved.threads, mask, ws,
-                             [&](Index q_begin, Index q_rows, BlockScratch<T>& scratch) {
-                                 OnlineSoftmaxState<T>& map1 = scratch.states[0];
-                                 OnlineSoftmaxState<T>& map2 = scratch.states[1];
-                                 attend_maps<T>({&logits1, &logits2}, mask, q_begin, q_rows, v, ws, scratch,
-                                                key_threads, {&map1, &map2});
-                                 map1.normalize_into(out1.middleRows(q_begin, q_rows));
-                                 map2.normalize_into(out2.middleRows(q_begin, q_rows));
-                             });
-    });
+    for_each_two_map_group<T, S>(q1, k1, q2, k2, v, resolved, workspace,
+                                 [&](const auto& logits1, const auto& logits2, const auto& mask, Index q_begin,
+                                     Index q_rows, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch,
+                                     int key_threads) {
+                                     OnlineSoftmaxState<T>& map1 = scratch.states[0];
+                                     OnlineSoftmaxState<T>& map2 = scratch.states[1];
+                                     attend_maps<T>({&logits1, &logits2}, mask, q_begin, q_rows, v, ws, scratch,
+                                                    key_threads, {&map1, &map2});
+                                     map1.normalize_into(out1.middleRows(q_begin, q_rows));
+                                     map2.normalize_into(out2.middleRows(q_begin, q_rows));
+                                 });
 }
 
 }  // namespace detail
