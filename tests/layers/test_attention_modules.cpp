@@ -434,3 +434,32 @@ TEST_CASE("forward refuses a context with more threads than the scratch has work
                       Catch::Contains("for_each_head: 2 threads but 1 workspaces"));
 #endif
 }
+
+TEST_CASE("HeadBlocks: a cache's head-major blocks hold what the projections' column blocks hold",
+          "[layers][kv_cache]") {
+    // 3 heads of width 5, room for 7 rows; 4 rows written from 2 on, as a call's projections lay
+    // them out (heads side by side).
+    const Index heads = 3, width = 5, capacity = 7;
+    RowMatrix<double> rows(4, heads * width);
+    for (Index r = 0; r < rows.rows(); ++r) {
+        for (Index c = 0; c < rows.cols(); ++c) rows(r, c) = static_cast<double>(100 * r + c);
+    }
+    RowMatrix<double> side_by_side = RowMatrix<double>::Zero(capacity, heads * width);
+    RowMatrix<float> head_major = RowMatrix<float>::Zero(heads * capacity, width);
+    const auto columns = HeadBlocks<double>::columns(side_by_side, heads);
+    const auto blocks = HeadBlocks<float>::head_major(head_major, heads);
+    CHECK(blocks.capacity == capacity);
+    CHECK(blocks.total_width() == heads * width);
+    columns.write_rows(2, rows);
+    blocks.write_rows(2, rows);
+    for (Index b = 0; b < heads; ++b) {
+        // Head b's rows are one contiguous block of the head-major store...
+        CHECK(head_major.middleRows(b * capacity + 2, 4) == rows.middleCols(b * width, width).cast<float>());
+        // ...and the same values as column block b of the side-by-side store.
+        CHECK(blocks.as_const().head(b, 0, capacity).cast<double>() == columns.head(b, 0, capacity));
+    }
+    CHECK(blocks.gather<double>(capacity) == side_by_side);
+    CHECK(side_by_side.middleRows(2, 4) == rows);
+    CHECK_THROWS_AS(HeadBlocks<double>::columns(side_by_side, 4), ShapeError);  // 15 columns, 4 heads
+    CHECK_THROWS_AS(HeadBlocks<float>::head_major(head_major, 2), ShapeError);  // 21 rows, 2 heads
+}
