@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
         std::printf("ranks %d, head dim %ld, value dim %ld, causal, float, 1 thread per rank, best of %d\n", ranks,
                     static_cast<long>(d), static_cast<long>(dv), repeats);
         std::printf("%-20s %7s %9s %9s %8s %9s %9s %8s  %s\n", "kernel", "N", "single s", "ring s", "speedup",
-                    "single cpu", "ring cpu", "cpu x", "wait share per rank");
+                    "single cpu", "ring cpu", "cpu x", "wait share per rank, cpu s per rank");
     }
     const float lambda = 0.3f;
     for (const std::string& kernel : kernels) {
@@ -100,33 +100,30 @@ int main(int argc, char** argv) {
                 kernel == "dint_causal_mean" ? DintIntegral::causal_mean : DintIntegral::causal_softmax;
             AttentionOptions options;  // causal, one thread
 
-            double single = 0, single_cpu = 0;
-            if (rank == 0) {
-                RowMatrix<float> out(n, dv);
-                AttentionWorkspace<float> ws;
-                single = single_cpu = 1e300;
-                for (int r = 0; r < repeats; ++r) {
-                    const auto start = std::chrono::steady_clock::now();
-                    const double cpu_start = thread_cpu_seconds();
-                    if (dint) {
-                        dint_attention(q1, k1, q2, k2, v, lambda, integral, out, options, nullptr, &ws);
-                    } else {
-                        diff_attention(q1, k1, q2, k2, v, lambda, out, options, &ws);
-                    }
-                    single = std::min(single, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-                    single_cpu = std::min(single_cpu, thread_cpu_seconds() - cpu_start);
-                }
-            }
-            quiet_barrier();
-
             const distributed::SequenceSlices slices = distributed::balanced_slices(
                 n, ranks, true, dint ? distributed::dint_rank_costs(integral, ranks) : std::vector<double>{});
             const Index first = slices.first(rank), rows = slices.rows(rank);
             const auto slice = [&](const RowMatrix<float>& m) { return ConstMatrixRef<float>(m.middleRows(first, rows)); };
             RingAttention<float> ring(MPI_COMM_WORLD, first);
-            RowMatrix<float> out(rows, dv);
-            double best = 1e300, best_wait = 0, best_cpu = 1e300;
+            RowMatrix<float> out(rows, dv), single_out(rank == 0 ? n : 0, dv);
+            AttentionWorkspace<float> single_ws;
+            double single = 1e300, single_cpu = 1e300, best = 1e300, best_wait = 0, best_cpu = 1e300, best_own_cpu = 0;
+            // Single process and ring alternate, so that a burst of other load on the machine
+            // slows one repeat of each rather than every repeat of one.
             for (int r = 0; r < repeats; ++r) {
+                if (rank == 0) {
+                    const auto start = std::chrono::steady_clock::now();
+                    const double cpu_start = thread_cpu_seconds();
+                    if (dint) {
+                        dint_attention(q1, k1, q2, k2, v, lambda, integral, single_out, options, nullptr, &single_ws);
+                    } else {
+                        diff_attention(q1, k1, q2, k2, v, lambda, single_out, options, &single_ws);
+                    }
+                    single = std::min(single, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+                    single_cpu = std::min(single_cpu, thread_cpu_seconds() - cpu_start);
+                }
+                quiet_barrier();
+
                 ring.reset_stats();
                 MPI_Barrier(MPI_COMM_WORLD);
                 const double start = MPI_Wtime(), cpu_start = thread_cpu_seconds();
@@ -144,14 +141,18 @@ int main(int argc, char** argv) {
                 if (slowest < best) {
                     best = slowest;
                     best_wait = ring.stats().wait_seconds;
+                    best_own_cpu = mine_cpu;
                 }
             }
-            std::vector<double> waits(static_cast<std::size_t>(ranks));
+            std::vector<double> waits(static_cast<std::size_t>(ranks)), cpus(static_cast<std::size_t>(ranks));
             MPI_Gather(&best_wait, 1, MPI_DOUBLE, waits.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+            MPI_Gather(&best_own_cpu, 1, MPI_DOUBLE, cpus.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
             if (rank == 0) {
                 std::printf("%-20s %7ld %9.3f %9.3f %7.2fx %9.3f %9.3f %7.2fx ", kernel.c_str(), static_cast<long>(n),
                             single, best, single / best, single_cpu, best_cpu, single_cpu / best_cpu);
                 for (double w : waits) std::printf(" %4.1f%%", 100.0 * w / best);
+                std::printf("  ");
+                for (double c : cpus) std::printf(" %.3f", c);
                 std::printf("\n");
                 std::fflush(stdout);
             }
