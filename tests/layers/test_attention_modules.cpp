@@ -407,6 +407,14 @@ TEST_CASE("forward with a KV cache view refuses encoders and full views", "[laye
                              HeadBlocks<double>::columns(values, config.n_value_heads()), 0, nullptr, &rotary};
     module.forward(x, y, scratch, ExecutionContext{}, &view);  // an empty cache: the plain forward
     CHECK(y == plain);
+    // A view whose key maps are twice as wide as the module's.
+    RowMatrix<double> wide_keys = RowMatrix<double>::Zero(8, 2 * config.k_width());
+    KvCacheView<double> mismatched{HeadBlocks<double>::columns(wide_keys, config.n_key_maps()),
+                                   HeadBlocks<double>::columns(values, config.n_value_heads()), 0, nullptr, &rotary};
+    CHECK_THROWS_AS(module.forward(x, y, scratch, ExecutionContext{}, &mismatched), ShapeError);
+    CHECK_THROWS_WITH(module.forward(x, y, scratch, ExecutionContext{}, &mismatched),
+                      Catch::Contains("the KV cache has " + std::to_string(config.n_key_maps()) + " key maps of [8 x " +
+                                      std::to_string(2 * config.head_dim()) + "]"));
     view.length = 7;  // 7 + 2 rows do not fit in 8
     CHECK_THROWS_WITH(module.forward(x, y, scratch, ExecutionContext{}, &view),
                       Catch::Contains("the KV cache holds 7 of at most 8 tokens; 2 more do not fit"));
