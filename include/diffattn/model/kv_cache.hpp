@@ -96,15 +96,13 @@ public:
     template <typename S>
     RowMatrix<S> stored_keys(Index layer) const {
         const Store<S>& store = stored<S>("KvCache::keys");
-        return HeadBlocks<const S>::head_major(store.keys.at(static_cast<std::size_t>(layer)), key_maps())
-            .template gather<S>(length_);
+        return head_blocks(store.keys.at(static_cast<std::size_t>(layer))).template gather<S>(length_);
     }
     /// As values() in the stored scalar S.
     template <typename S>
     RowMatrix<S> stored_values(Index layer) const {
         const Store<S>& store = stored<S>("KvCache::values");
-        return HeadBlocks<const S>::head_major(store.values.at(static_cast<std::size_t>(layer)), value_heads())
-            .template gather<S>(length_);
+        return head_blocks(store.values.at(static_cast<std::size_t>(layer))).template gather<S>(length_);
     }
 
     /// Bytes held by the cache (keys, values, DINT histories, rotary table): max_len *
@@ -277,8 +275,7 @@ private:
         DintHistory<T>* histories =
             dint_.empty() ? nullptr : dint_.data() + i * static_cast<std::size_t>(config_.num_attention_heads);
         Store<S>& store = store_of<S>();
-        return KvCacheView<T, S>{HeadBlocks<S>::head_major(store.keys[i], key_maps()),
-                                 HeadBlocks<S>::head_major(store.values[i], value_heads()), length_, histories,
+        return KvCacheView<T, S>{head_blocks(store.keys[i]), head_blocks(store.values[i]), length_, histories,
                                  &rotary_};
     }
 
@@ -295,8 +292,11 @@ private:
         }
     }
 
-    Index key_maps() const { return config_.attention_config().n_key_maps(); }
-    Index value_heads() const { return config_.attention_config().n_value_heads(); }
+    /// A layer's keys or values (Store) as its head-major blocks of max_len rows each.
+    template <typename Stored>
+    auto head_blocks(Stored& m) const {
+        return HeadBlocks<std::remove_reference_t<decltype(*m.data())>>::head_major(m, m.rows() / max_len());
+    }
 
     /// Records n more cached tokens (after every layer has written them).
     void advance(Index n) { length_ += n; }
