@@ -30,6 +30,19 @@ inline ModelConfig small_config(AttentionKind kind, DintIntegral integral = Dint
     return c;
 }
 
+/// Every attention kind a KV cache serves, DINT in both causal integral modes (global_mean cannot
+/// be decoded incrementally): the cases of the tests that run every cached kind.
+struct CachedKind {
+    AttentionKind kind;
+    DintIntegral integral;
+};
+inline constexpr CachedKind kCachedKinds[] = {{AttentionKind::softmax, DintIntegral::causal_softmax},
+                                              {AttentionKind::diff, DintIntegral::causal_softmax},
+                                              {AttentionKind::dint, DintIntegral::causal_softmax},
+                                              {AttentionKind::dint, DintIntegral::causal_mean},
+                                              {AttentionKind::shared_diff, DintIntegral::causal_softmax},
+                                              {AttentionKind::diff_v2, DintIntegral::causal_softmax}};
+
 /// The smallest useful model: 2 layers, 2 heads, hidden 16, SwiGLU width 24, the default head
 /// geometry (head dim 4 for diff_v2), vocabulary `vocab_size`.
 inline ModelConfig tiny_config(AttentionKind kind, Index vocab_size) {

@@ -63,26 +63,22 @@ TEST_CASE("a huge generation without a cache is refused before the first step", 
 }
 
 TEST_CASE("the bytes a state and a cache are checked for are the bytes they hold", "[model][memory]") {
-    for (AttentionKind kind : {AttentionKind::softmax, AttentionKind::diff, AttentionKind::dint,
-                               AttentionKind::shared_diff, AttentionKind::diff_v2}) {
-        for (DintIntegral integral : {DintIntegral::causal_softmax, DintIntegral::causal_mean}) {
-            if (kind != AttentionKind::dint && integral != DintIntegral::causal_softmax) continue;
-            const ModelConfig config = test::small_config(kind, integral);
-            INFO(to_string(kind) << " " << to_string(integral));
-            const Index n = 37;
-            // The state: every buffer that grows with max_len, counted from the objects themselves.
-            const ForwardState<double> state(config, n);
-            const AttentionScratch<double>& a = state.layer.attention;
-            const Index scalars = state.x.size() + state.normed.size() + state.logits.size() +
-                                  state.layer.normed.size() + state.layer.branch.size() + state.layer.mlp.gate.size() +
-                                  state.layer.mlp.up.size() + a.q.size() + a.k.size() + a.v.size() + a.heads.size() +
-                                  a.second.size() + a.lambda_gate.size() + a.shared_base.size() + a.shared_xa.size() +
-                                  a.rotary.max_positions() * a.rotary.head_dim();
-            CHECK(ForwardState<double>::bytes(config, n) == static_cast<long double>(scalars * sizeof(double)));
-            CHECK(ForwardState<float>::bytes_per_token(config) * 2 == ForwardState<double>::bytes_per_token(config));
-            const KvCache<float> cache(config, n);
-            CHECK(KvCache<float>::bytes(config, n) == static_cast<long double>(cache.bytes()));
-        }
+    for (const auto& [kind, integral] : test::kCachedKinds) {
+        const ModelConfig config = test::small_config(kind, integral);
+        INFO(to_string(kind) << " " << to_string(integral));
+        const Index n = 37;
+        // The state: every buffer that grows with max_len, counted from the objects themselves.
+        const ForwardState<double> state(config, n);
+        const AttentionScratch<double>& a = state.layer.attention;
+        const Index scalars = state.x.size() + state.normed.size() + state.logits.size() +
+                              state.layer.normed.size() + state.layer.branch.size() + state.layer.mlp.gate.size() +
+                              state.layer.mlp.up.size() + a.q.size() + a.k.size() + a.v.size() + a.heads.size() +
+                              a.second.size() + a.lambda_gate.size() + a.shared_base.size() + a.shared_xa.size() +
+                              a.rotary.max_positions() * a.rotary.head_dim();
+        CHECK(ForwardState<double>::bytes(config, n) == static_cast<long double>(scalars * sizeof(double)));
+        CHECK(ForwardState<float>::bytes_per_token(config) * 2 == ForwardState<double>::bytes_per_token(config));
+        const KvCache<float> cache(config, n);
+        CHECK(KvCache<float>::bytes(config, n) == static_cast<long double>(cache.bytes()));
     }
 }
 

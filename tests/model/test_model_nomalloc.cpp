@@ -93,28 +93,24 @@ TEMPLATE_TEST_CASE("decode steps whose heads split their keys over 3 threads all
     // 4 heads on 3 threads: a one-token step runs the heads one after another, each kernel over
     // its keys on all 3 threads (detail::split_heads_over_keys), through the first workspace.
     using T = TestType;
-    for (const AttentionKind kind : {AttentionKind::softmax, AttentionKind::diff, AttentionKind::dint,
-                                     AttentionKind::shared_diff, AttentionKind::diff_v2}) {
-        for (const DintIntegral integral : {DintIntegral::causal_softmax, DintIntegral::causal_mean}) {
-            if (kind != AttentionKind::dint && integral != DintIntegral::causal_softmax) continue;
-            INFO(to_string(kind) << " " << to_string(integral));
-            const DecoderModel<T> model = DecoderModel<T>::seeded(small_config(kind, integral), 1);
-            const std::vector<Token> prompt = test_tokens(20);
-            const std::vector<Token> next = {5};
-            KvCache<T> cache = model.make_cache(400);  // decoding goes past two key tiles (128)
-            ForwardState<T> state = model.make_state(20, 3);
-            state.set_min_parallel_flops(0);  // 3 threads even for one-token steps
-            RowMatrix<T> logits(20, 64);
-            model.forward(prompt, state, logits, &cache);  // first use: starts the team, sizes the workspaces
-            model.forward(next, state, logits.topRows(1), &cache);
-            cache.reset();
-            CHECK(without_malloc([&] {
-                model.forward(prompt, state, logits, &cache);
-                for (int i = 0; i < 300; ++i) model.forward(next, state, logits.topRows(1), &cache);
-            }) == 0);
-            CHECK(cache.length() == 320);
-            CHECK(logits.topRows(1).allFinite());
-        }
+    for (const auto& [kind, integral] : test::kCachedKinds) {
+        INFO(to_string(kind) << " " << to_string(integral));
+        const DecoderModel<T> model = DecoderModel<T>::seeded(small_config(kind, integral), 1);
+        const std::vector<Token> prompt = test_tokens(20);
+        const std::vector<Token> next = {5};
+        KvCache<T> cache = model.make_cache(400);  // decoding goes past two key tiles (128)
+        ForwardState<T> state = model.make_state(20, 3);
+        state.set_min_parallel_flops(0);  // 3 threads even for one-token steps
+        RowMatrix<T> logits(20, 64);
+        model.forward(prompt, state, logits, &cache);  // first use: starts the team, sizes the workspaces
+        model.forward(next, state, logits.topRows(1), &cache);
+        cache.reset();
+        CHECK(without_malloc([&] {
+            model.forward(prompt, state, logits, &cache);
+            for (int i = 0; i < 300; ++i) model.forward(next, state, logits.topRows(1), &cache);
+        }) == 0);
+        CHECK(cache.length() == 320);
+        CHECK(logits.topRows(1).allFinite());
     }
 }
 
@@ -122,26 +118,22 @@ TEMPLATE_TEST_CASE("batched decode steps allocate nothing", "[model][kv_cache][n
     // 4 sequences of different lengths decoded together (DecoderModel::forward_batch): the views of
     // their caches are made per layer on the stack.
     using T = TestType;
-    for (const AttentionKind kind : {AttentionKind::softmax, AttentionKind::diff, AttentionKind::dint,
-                                     AttentionKind::shared_diff, AttentionKind::diff_v2}) {
-        for (const DintIntegral integral : {DintIntegral::causal_softmax, DintIntegral::causal_mean}) {
-            if (kind != AttentionKind::dint && integral != DintIntegral::causal_softmax) continue;
-            INFO(to_string(kind) << " " << to_string(integral));
-            const DecoderModel<T> model = DecoderModel<T>::seeded(small_config(kind, integral), 1);
-            ForwardState<T> state = model.make_state(20, 2);
-            std::vector<KvCache<T>> caches;
-            for (int s = 0; s < 4; ++s) caches.push_back(model.make_cache(300));
-            std::vector<KvCache<T>*> batch;
-            for (KvCache<T>& cache : caches) batch.push_back(&cache);
-            const std::vector<Token> next = {5, 6, 7, 8};
-            RowMatrix<T> logits(4, 64);
-            for (int s = 0; s < 4; ++s) model.forward(test_tokens(5 + 5 * s), state, &caches[static_cast<std::size_t>(s)]);
-            model.forward_batch(next, batch, state, logits);  // first use: sizes the workspaces for 300 keys
-            CHECK(without_malloc([&] {
-                for (int i = 0; i < 150; ++i) model.forward_batch(next, batch, state, logits);  // past a key tile
-            }) == 0);
-            CHECK(caches[3].length() == 20 + 151);
-            CHECK(logits.allFinite());
-        }
+    for (const auto& [kind, integral] : test::kCachedKinds) {
+        INFO(to_string(kind) << " " << to_string(integral));
+        const DecoderModel<T> model = DecoderModel<T>::seeded(small_config(kind, integral), 1);
+        ForwardState<T> state = model.make_state(20, 2);
+        std::vector<KvCache<T>> caches;
+        for (int s = 0; s < 4; ++s) caches.push_back(model.make_cache(300));
+        std::vector<KvCache<T>*> batch;
+        for (KvCache<T>& cache : caches) batch.push_back(&cache);
+        const std::vector<Token> next = {5, 6, 7, 8};
+        RowMatrix<T> logits(4, 64);
+        for (int s = 0; s < 4; ++s) model.forward(test_tokens(5 + 5 * s), state, &caches[static_cast<std::size_t>(s)]);
+        model.forward_batch(next, batch, state, logits);  // first use: sizes the workspaces for 300 keys
+        CHECK(without_malloc([&] {
+            for (int i = 0; i < 150; ++i) model.forward_batch(next, batch, state, logits);  // past a key tile
+        }) == 0);
+        CHECK(caches[3].length() == 20 + 151);
+        CHECK(logits.allFinite());
     }
 }
