@@ -308,14 +308,15 @@ private:
         const Index n_heads = config_.n_heads;
         const bool subln = config_.has_subln();
         const T output_scale = static_cast<T>(config_.output_scale());
-        // About 2 N S (query width + output width) flops per sequence: Q K^T and P V of every head.
+        // About 2 N S (q_width + maps x value_dim) flops per sequence: Q K^T of every query map, and
+        // P V of every map (a differential head's two maps each multiply V).
         double flops = 0;
         Index most_rows = 0;
         for (Index s = 0; s < count; ++s) {
             const auto rows_of_s = sequence(s);
             const Index rows = rows_of_s.rows;
             flops += 2.0 * static_cast<double>(rows) * static_cast<double>(rows_of_s.cache.length + rows) *
-                     static_cast<double>(config_.q_width() + config_.out_width());
+                     static_cast<double>(config_.q_width() + config_.n_query_maps() * config_.value_dim());
             most_rows = std::max(most_rows, rows);
         }
         // Replacement kernels may communicate: their calls come in the same order on every rank.
