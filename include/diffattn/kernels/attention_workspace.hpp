@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <cstddef>
 #include <vector>
 
@@ -81,7 +82,9 @@ public:
     /// causal_softmax (+ DintPipeline's O((6 + 4 threads) * kGroupRows * value_dim) with several threads)
     /// + O(seq_len_q / kQueryTile * value_dim) for DINT's mean modes
     /// + O(threads * kMinPackedRows * value_dim) for the key split of few rows; nothing grows as
-    /// seq_len_q * seq_len_kv (no N x S buffer anywhere).
+    /// seq_len_q * seq_len_kv (no N x S buffer anywhere)
+    /// + O(min(seq_len_q, kMinPackedRows) * seq_len_kv) for the map-1 logits that DINT
+    /// causal_softmax keeps in a call of few rows (kernels/dint_few_rows.hpp).
     void reserve(Index seq_len_q, Index seq_len_kv, Index head_dim, Index value_dim, int threads = 1) {
         const Index t = std::max(threads, 1);
         if (blocks_.size() < static_cast<std::size_t>(t)) blocks_.resize(static_cast<std::size_t>(t));
@@ -91,10 +94,12 @@ public:
         grow_to(running_row_sum_, value_dim);
         grow_to(running_row_error_, value_dim);
         grow_to(column_sum_, seq_len_kv);
+        grow_to(stored_logits_, std::min(seq_len_q, kMinPackedRows - 1) * seq_len_kv);
+        stored_statistics_.reserve(kMinPackedRows, 0);
         if (t > 1) dint_pipeline_.reserve(seq_len_q, value_dim, t);
-        // Key split of a call of few rows (kernels/key_split.hpp): two maps at once, each in up to
-        // kKeySegmentsPerThread runs per thread.
-        const auto parts = static_cast<std::size_t>(t > 1 ? 2 * kKeySegmentsPerThread * t : 0);
+        // Key split of a call of few rows (kernels/key_split.hpp): up to three maps at once (DINT's
+        // few rows: kernels/dint_few_rows.hpp), each in up to kKeySegmentsPerThread runs per thread.
+        const auto parts = static_cast<std::size_t>(t > 1 ? 3 * kKeySegmentsPerThread * t : 0);
         if (key_split_parts_.size() < parts) key_split_parts_.resize(parts);
         for (auto& part : key_split_parts_) part.reserve(kMinPackedRows, value_dim);
     }
@@ -115,8 +120,15 @@ public:
     /// DINT causal_softmax with several threads: the states of its pipeline of query groups.
     DintPipeline<T>& dint_pipeline() { return dint_pipeline_; }
     /// A call of few rows on several threads: one state per map and run of keys
-    /// [2 * kKeySegmentsPerThread * threads], each of up to kMinPackedRows rows.
+    /// [3 * kKeySegmentsPerThread * threads], each of up to kMinPackedRows rows.
     std::vector<OnlineSoftmaxState<T>>& key_split_parts() { return key_split_parts_; }
+    /// DINT causal_softmax's calls of few rows: map 1's logits [rows x seq_len_kv] (row-major,
+    /// rows < kMinPackedRows), and their final row max and sum (value width 0).
+    Eigen::Map<RowMatrix<T>> stored_logits(Index rows, Index seq_len_kv) {
+        assert(rows * seq_len_kv <= stored_logits_.size());
+        return Eigen::Map<RowMatrix<T>>(stored_logits_.data(), rows, seq_len_kv);
+    }
+    OnlineSoftmaxState<T>& stored_statistics() { return stored_statistics_; }
 
 private:
     std::vector<BlockScratch<T>> blocks_;
@@ -127,6 +139,8 @@ private:
     Vector<T> column_sum_;
     DintPipeline<T> dint_pipeline_;
     std::vector<OnlineSoftmaxState<T>> key_split_parts_;
+    Vector<T> stored_logits_;
+    OnlineSoftmaxState<T> stored_statistics_;
 };
 
 }  // namespace diffattn

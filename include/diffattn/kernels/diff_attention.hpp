@@ -38,7 +38,7 @@ void differential_block(const DotProductLogits<T, S>& logits1, const DotProductL
                         BlockScratch<T>& scratch, int key_threads, MatrixRef<T>& out) {
     OnlineSoftmaxState<T>& map1 = scratch.states[0];
     OnlineSoftmaxState<T>& map2 = scratch.states[1];
-    attend_maps<T>({&logits1, &logits2}, mask, q_begin, q_rows, v, ws, scratch, key_threads, {&map1, &map2});
+    attend_maps<T>(std::tie(logits1, logits2), mask, q_begin, q_rows, v, ws, scratch, key_threads, {&map1, &map2});
     write_differential_rows(map1, map2, lambda, q_begin, 0, q_rows, out);
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "diffattn/kernels/diff_attention.hpp"
+#include "diffattn/kernels/dint_few_rows.hpp"
 #include "diffattn/kernels/dint_integral.hpp"
 #include "diffattn/kernels/dint_schedule.hpp"
 
@@ -84,6 +85,8 @@ void check_dint(DintIntegral integral, const ResolvedOptions& resolved, Index se
 /// and fill in while the runs of one group wait for the last run of the group before. No work is
 /// repeated. The runs only change the order of the integral map's softmax sums, so results agree
 /// with one thread within docs/math.md §7, and are the same on every run with the same T.
+/// A call of fewer than kMinPackedRows rows (a decode step) takes dint_few_rows.hpp's two passes,
+/// which read K1 and V once rather than twice.
 template <typename T, typename S, typename Mask>
 void dint_softmax_integral(const DotProductLogits<T, S>& logits1, const DotProductLogits<T, S>& logits2,
                            const Mask& mask, const ConstMatrixRef<S>& v, T lambda, const ResolvedOptions& resolved, Index seq_len_q,
@@ -96,21 +99,25 @@ void dint_softmax_integral(const DotProductLogits<T, S>& logits1, const DotProdu
     // Calls run(logits) with the logits policy of the integral map of the group starting at
     // q_begin, given map 1 of the group.
     const auto with_integral_logits = [&](Index q_begin, const OnlineSoftmaxState<T>& map1, auto&& run) {
-        const A1Tiles<T, Mask, S> a1(logits1, mask, q_begin, map1.row_maxima(), map1.row_sums());
-        IntegralLogits<T, Mask, S> integral_logits(a1, column_sum, rows_before);
+        const A1Tiles<T, Mask, DotProductLogits<T, S>> a1(logits1, mask, q_begin, map1.row_maxima(), map1.row_sums());
+        IntegralLogits<T, Mask, DotProductLogits<T, S>> integral_logits(a1, column_sum, rows_before);
         run(integral_logits);
     };
 
-    // One thread, or a call of few rows (one group, its keys split over the threads: attend_maps).
-    if (resolved.threads <= 1 || seq_len_q < kMinPackedRows) {
-        const int key_threads = key_split_threads(seq_len_q, resolved.threads);
+    // A call of few rows: one group, in one read of K1, K2 and V, its keys split over the threads.
+    if (seq_len_q < kMinPackedRows) {
+        dint_softmax_few_rows(logits1, logits2, mask, v, lambda, column_sum, rows_before, seq_len_q,
+                              resolved.threads, ws, out);
+        return;
+    }
+    // One thread: the groups in order.
+    if (resolved.threads <= 1) {
         BlockScratch<T>& scratch = ws.block(0);
         for (Index g = 0; g < query_group_count(seq_len_q); ++g) {
             const Index q_begin = g * kGroupRows, q_rows = query_group_rows(seq_len_q, g);
-            differential_block(logits1, logits2, mask, q_begin, q_rows, v, lambda, ws, scratch, key_threads, out);
+            differential_block(logits1, logits2, mask, q_begin, q_rows, v, lambda, ws, scratch, 1, out);
             with_integral_logits(q_begin, scratch.states[0], [&](auto& integral_logits) {
-                attend_maps<T>({&integral_logits}, mask, q_begin, q_rows, v, ws, scratch, key_threads,
-                               {&scratch.states[2]});
+                attend_block(integral_logits, mask, q_begin, q_rows, v, scratch, scratch.states[2]);
             });
             for (Index r = 0; r < q_rows; ++r) out.row(q_begin + r) += lambda * scratch.states[2].normalized_row(r);
         }

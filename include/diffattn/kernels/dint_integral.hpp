@@ -16,13 +16,14 @@ namespace diffattn::detail {
 
 /// A1 tiles of the query rows [first_row, first_row + rows), rebuilt from map 1's final statistics
 /// of those rows: A1[n, j] = exp(s q1_n . k1_j - m_n) / l_n, and 0 where the mask hides key j from
-/// row n. The logits come from map 1's own policy (same packing, same products), so a rebuilt
-/// tile matches the probabilities map 1 normalised.
-template <typename T, typename Mask, typename S = T>
+/// row n. The logits come from map 1's own policy Logits1 (same packing, same products, or the
+/// logits a few-rows call kept: StoredLogits), so a rebuilt tile matches the probabilities map 1
+/// normalised.
+template <typename T, typename Mask, typename Logits1 = DotProductLogits<T>>
 class A1Tiles {
 public:
     /// row_max, row_sum: map 1's final m and l of the rows [first_row, first_row + row_max.size()).
-    A1Tiles(const DotProductLogits<T, S>& logits1, const Mask& mask, Index first_row, ConstVectorRef<T> row_max,
+    A1Tiles(const Logits1& logits1, const Mask& mask, Index first_row, ConstVectorRef<T> row_max,
             ConstVectorRef<T> row_sum)
         : logits1_(logits1), mask_(mask), first_row_(first_row), row_max_(row_max), row_sum_(row_sum) {}
 
@@ -53,7 +54,7 @@ public:
     }
 
 private:
-    const DotProductLogits<T, S>& logits1_;  // s Q1 K1^T
+    const Logits1& logits1_;  // s Q1 K1^T
     const Mask& mask_;
     Index first_row_;
     ConstVectorRef<T> row_max_;
@@ -68,11 +69,11 @@ private:
 /// group in order in the inner one, and the sums of one key tile depend only on that tile, so a
 /// whole group can run at once: each block finds the earlier blocks' rows already added to the
 /// tile's columns (a block that skips a tile wholly in its future would only have added zeros).
-/// It reads Q1 and K1 through A1Tiles, which packs them as map 1 does.
-template <typename T, typename Mask, typename S = T>
+/// It reads map 1's logits through A1Tiles, which packs Q1 and K1 as map 1 does.
+template <typename T, typename Mask, typename Logits1 = DotProductLogits<T>>
 class IntegralLogits {
 public:
-    IntegralLogits(const A1Tiles<T, Mask, S>& a1, VectorRef<T> column_sum, Index rows_before)
+    IntegralLogits(const A1Tiles<T, Mask, Logits1>& a1, VectorRef<T> column_sum, Index rows_before)
         : a1_(a1), column_sum_(column_sum), rows_before_(rows_before) {}
 
     void pack_queries(Index q_begin, Index q_rows, PackedTiles<T>& packed) const {
@@ -95,7 +96,7 @@ public:
     }
 
 private:
-    const A1Tiles<T, Mask, S>& a1_;
+    const A1Tiles<T, Mask, Logits1>& a1_;
     VectorRef<T> column_sum_;  // [S] column sums of A1 over all rows so far
     Index rows_before_;        // query rows of earlier calls (the cache)
 };

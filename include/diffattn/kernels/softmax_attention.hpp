@@ -19,7 +19,7 @@ void softmax_attention(const ConstMatrixRef<T>& q, const ConstMatrixRef<S>& k, c
         for_each_query_group(q.rows(), resolved.threads, mask, ws,
                              [&](Index q_begin, Index q_rows, BlockScratch<T>& scratch) {
                                  OnlineSoftmaxState<T>& state = scratch.states[0];
-                                 attend_maps<T>({&logits}, mask, q_begin, q_rows, v, ws, scratch, key_threads, {&state});
+                                 attend_maps<T>(std::tie(logits), mask, q_begin, q_rows, v, ws, scratch, key_threads, {&state});
                                  state.normalize_into(out.middleRows(q_begin, q_rows));
                              });
     });
@@ -45,7 +45,7 @@ void softmax_attention_pair(const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>
                                      int key_threads) {
                                      OnlineSoftmaxState<T>& map1 = scratch.states[0];
                                      OnlineSoftmaxState<T>& map2 = scratch.states[1];
-                                     attend_maps<T>({&logits1, &logits2}, mask, q_begin, q_rows, v, ws, scratch,
+                                     attend_maps<T>(std::tie(logits1, logits2), mask, q_begin, q_rows, v, ws, scratch,
                                                     key_threads, {&map1, &map2});
                                      map1.normalize_into(out1.middleRows(q_begin, q_rows));
                                      map2.normalize_into(out2.middleRows(q_begin, q_rows));
