@@ -56,8 +56,12 @@ public:
                     RowMatrix<T>& key_tile) const {
         static_assert(kQueryTile % PackedProduct<T>::rhs_panel == 0, "blocks must start on a packed panel");
         if (packed == nullptr) {
-            few_rows_logits(tile, q_.middleRows(q_begin, tile.rows()), rows_as(k_, k_begin, tile.cols(), key_tile),
-                            scale_);
+            const auto queries = q_.middleRows(q_begin, tile.rows());
+            if constexpr (kKeyDotsRead<T, S>) {
+                few_rows_logits(tile, queries, k_.middleRows(k_begin, tile.cols()), scale_);  // widened in registers
+            } else {
+                few_rows_logits(tile, queries, rows_as(k_, k_begin, tile.cols(), key_tile), scale_);
+            }
             return;
         }
         const Index depth = q_.cols();

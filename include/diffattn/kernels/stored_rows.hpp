@@ -14,11 +14,34 @@
 #include <cstdint>
 #include <type_traits>
 
-#if defined(__F16C__) || defined(__AVX2__)
+#if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
 namespace diffattn::detail {
+
+#if defined(__AVX512F__)
+/// 16 entries from p widened to floats (exact).
+inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 widen16(const Eigen::half* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512 bfloat16_bits_to_float(__m256i bits) {  // a bfloat16 is the upper half of a float's bits
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+inline __m512 widen16(const Eigen::bfloat16* p) {
+    return bfloat16_bits_to_float(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define DIFFATTN_WIDEN16_MASKED 1
+/// The same for the lanes of `mask` only; the others are 0 and their memory is not read.
+inline __m512 widen16(__mmask16 mask, const float* p) { return _mm512_maskz_loadu_ps(mask, p); }
+inline __m512 widen16(__mmask16 mask, const Eigen::half* p) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p)); }
+inline __m512 widen16(__mmask16 mask, const Eigen::bfloat16* p) {
+    return bfloat16_bits_to_float(_mm256_maskz_loadu_epi16(mask, p));
+}
+#endif
 
 /// dst[0, n) = src[0, n) widened to T (exact: every half and bfloat16 value is a float). src is
 /// streamed from memory: the loops ask for it kWidenAhead entries ahead (a prefetch past the end of
@@ -31,8 +54,7 @@ void widen(const S* src, T* dst, Index n) {
 #if defined(__AVX512F__)
         for (; i + 16 <= n; i += 16) {
             _mm_prefetch(reinterpret_cast<const char*>(src + i) + sizeof(S) * kWidenAhead, _MM_HINT_T0);
-            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-            _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
+            _mm512_storeu_ps(dst + i, widen16(src + i));
         }
 #endif
 #if defined(__F16C__)
@@ -46,8 +68,7 @@ void widen(const S* src, T* dst, Index n) {
 #if defined(__AVX512F__)
         for (; i + 16 <= n; i += 16) {
             _mm_prefetch(reinterpret_cast<const char*>(src + i) + sizeof(S) * kWidenAhead, _MM_HINT_T0);
-            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-            _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+            _mm512_storeu_ps(dst + i, widen16(src + i));
         }
 #endif
 #if defined(__AVX2__)

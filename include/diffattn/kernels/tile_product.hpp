@@ -2,12 +2,13 @@
 //
 // Query groups of many rows run their tile products on operands packed once for Eigen's GEMM
 // kernel (PackedProduct below). Groups of few rows (a decode step: one token or a small chunk)
-// multiply as loops over the keys of a tile (few_rows_logits, few_rows_accumulate): each key or
-// value row is read once for all the query rows, with no product set-up per tile, and nothing is
-// allocated whatever the head dim.
+// multiply as loops over the keys of a tile (few_rows_logits in key_dots.hpp, few_rows_accumulate):
+// each key or value row is read once for all the query rows, with no product set-up per tile, and
+// nothing is allocated whatever the head dim.
 #pragma once
 
 #include "diffattn/core/types.hpp"
+#include "diffattn/kernels/key_dots.hpp"
 
 #include <Eigen/Core>
 
@@ -21,15 +22,6 @@
 #endif
 
 namespace diffattn::detail {
-
-/// tile [rows x keys] = scale * queries [rows x d] keys [keys x d]^T, one matrix-vector product
-/// per query row (Eigen's GEMV over the row-major key tile: several keys per pass, no packing).
-template <typename Tile, typename Queries, typename Keys, typename T>
-void few_rows_logits(Tile&& tile, const Queries& queries, const Keys& keys, T scale) {
-    for (Index r = 0; r < queries.rows(); ++r) {
-        tile.row(r).transpose().noalias() = scale * (keys * queries.row(r).transpose());
-    }
-}
 
 /// acc [rows x dv] += probabilities [rows x keys] values [keys x dv], one vector-matrix product
 /// per query row (Eigen's GEMV over the row-major value tile, no packing).

@@ -1,0 +1,135 @@
+// The logits of one query row against a tile of key rows, for calls of few rows (a decode step).
+//
+// Eigen's matrix-vector product over row-major keys sums each key's products with a horizontal
+// sum: at head dim 32 that is two multiply-adds and about eight shuffles and adds per key, so the
+// logits of a decode step cost more time than reading the keys (docs/benchmarks.md, "KV cache
+// layout"). With AVX-512 the float path below instead keeps one vector of partial sums per key for
+// 16 keys, then reduces the 16 vectors together in a transpose-and-add tree: 15 vector adds and
+// 30 shuffles for 16 keys, about three operations per key. Keys of a half-precision KV cache are
+// widened in the registers that multiply them (stored_rows.hpp's widen16), with no tile buffer.
+// Other ISAs and scalars use Eigen.
+#pragma once
+
+#include "diffattn/core/types.hpp"
+#include "diffattn/kernels/stored_rows.hpp"
+
+#include <Eigen/Core>
+
+#include <type_traits>
+
+#if defined(DIFFATTN_WIDEN16_MASKED) && !defined(EIGEN_DONT_VECTORIZE)
+#define DIFFATTN_KEY_DOTS_AVX512 1
+#endif
+
+namespace diffattn::detail {
+
+#if defined(DIFFATTN_KEY_DOTS_AVX512)
+/// The 16 sums of the lanes of v[0..16), in order: lane t of the result is the sum of v[t]'s lanes.
+/// Each level halves the vectors, adding lanes of two vectors that the shuffles line up.
+inline __m512 sum_lanes_of_16(__m512 (&v)[16]) {
+    // Level 1: within each 128-bit lane, [a0+a2, b0+b2, a1+a3, b1+b3] of the pair (a, b).
+    __m512 pairs[8];
+    for (int t = 0; t < 8; ++t) {
+        pairs[t] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * t], v[2 * t + 1]), _mm512_unpackhi_ps(v[2 * t], v[2 * t + 1]));
+    }
+    // Level 2: within each 128-bit lane, one partial sum of each of four vectors.
+    __m512 quads[4];
+    for (int t = 0; t < 4; ++t) {
+        const __m512d x = _mm512_castps_pd(pairs[2 * t]), y = _mm512_castps_pd(pairs[2 * t + 1]);
+        quads[t] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    // Level 3: 128-bit lanes [X0+X1, X2+X3, Y0+Y1, Y2+Y3] of the quads X, Y.
+    __m512 octs[2];
+    for (int t = 0; t < 2; ++t) {
+        octs[t] = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2 * t], quads[2 * t + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                _mm512_shuffle_f32x4(quads[2 * t], quads[2 * t + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+    // Level 4: 128-bit lane i holds vectors 4i .. 4i + 3, in order.
+    return _mm512_add_ps(_mm512_shuffle_f32x4(octs[0], octs[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(octs[0], octs[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/// The scaled dots of `query` with the n <= 16 key rows from `keys` (row-major with `stride`, head
+/// dim d = full + the lanes of `tail`) into out[0, n). Inlined with n = 16 for whole steps, so
+/// that the `t < n` tests fold away.
+template <typename S>
+__attribute__((always_inline)) inline void scaled_key_dots_step(const float* query, const S* keys, Index stride,
+                                                                Index n, Index full, __mmask16 tail, __m512 scales,
+                                                                float* out) {
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();  // keys past n add nothing
+    for (Index i = 0; i < full; i += 16) {
+        const __m512 q = _mm512_loadu_ps(query + i);
+#pragma GCC unroll 16
+        for (int t = 0; t < 16; ++t) {
+            if (t < n) acc[t] = _mm512_fmadd_ps(widen16(keys + t * stride + i), q, acc[t]);
+        }
+    }
+    if (tail != 0) {
+        const __m512 q = _mm512_maskz_loadu_ps(tail, query + full);
+#pragma GCC unroll 16
+        for (int t = 0; t < 16; ++t) {
+            if (t < n) acc[t] = _mm512_fmadd_ps(widen16(tail, keys + t * stride + full), q, acc[t]);
+        }
+    }
+    _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << n) - 1u), _mm512_mul_ps(sum_lanes_of_16(acc), scales));
+}
+
+/// out[j] = scale * (query . keys row j) for j < count: keys row-major with `stride`, head dim d.
+/// The keys are streamed from memory: each step asks for the bytes kKeysAhead past its own (a
+/// prefetch past the end is a hint the CPU drops, never a read).
+template <typename S>
+void scaled_key_dots(const float* query, const S* keys, Index stride, Index count, Index d, float scale, float* out) {
+    constexpr Index kKeysAhead = 4096;
+    const Index full = d / 16 * 16;
+    const auto tail = static_cast<__mmask16>((1u << (d - full)) - 1u);
+    const __m512 scales = _mm512_set1_ps(scale);
+    const Index step_bytes = 16 * stride * static_cast<Index>(sizeof(S));
+    Index j = 0;
+    for (; j + 16 <= count; j += 16) {
+        const char* ahead = reinterpret_cast<const char*>(keys + j * stride) + kKeysAhead;
+        for (Index b = 0; b < step_bytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
+        scaled_key_dots_step(query, keys + j * stride, stride, 16, full, tail, scales, out + j);
+    }
+    if (j < count) scaled_key_dots_step(query, keys + j * stride, stride, count - j, full, tail, scales, out + j);
+}
+#endif
+
+/// Whether few_rows_logits reads keys stored in S directly when computing in T (else the caller
+/// widens them first: rows_as).
+template <typename T, typename S>
+inline constexpr bool kKeyDotsRead =
+    std::is_same_v<T, S>
+#if defined(DIFFATTN_KEY_DOTS_AVX512)
+    || (std::is_same_v<T, float> && (std::is_same_v<S, Eigen::half> || std::is_same_v<S, Eigen::bfloat16>))
+#endif
+    ;
+
+/// tile [rows x keys] = scale * queries [rows x d] keys [keys x d]^T, for few query rows: each
+/// row's logits in one sweep of the key tile (row-major, in cache after the first row).
+template <typename Tile, typename Queries, typename Keys, typename T>
+void few_rows_logits(Tile&& tile, const Queries& queries, const Keys& keys, T scale) {
+    using S = typename std::decay_t<Keys>::Scalar;
+    static_assert(kKeyDotsRead<T, S>, "keys in another scalar: widen them first (rows_as)");
+#if defined(DIFFATTN_KEY_DOTS_AVX512)
+    if constexpr (std::is_same_v<T, float>) {
+        // Row-major operands: each query, key and tile row is contiguous.
+        static_assert(Eigen::internal::traits<std::decay_t<Queries>>::Flags & Eigen::RowMajorBit, "row-major queries");
+        static_assert(Eigen::internal::traits<std::decay_t<Keys>>::Flags & Eigen::RowMajorBit, "row-major keys");
+        static_assert(Eigen::internal::traits<std::decay_t<Tile>>::Flags & Eigen::RowMajorBit, "row-major tile");
+        for (Index r = 0; r < queries.rows() && keys.rows() > 0; ++r) {
+            scaled_key_dots(queries.data() + r * queries.outerStride(), keys.data(), keys.outerStride(), keys.rows(),
+                            keys.cols(), scale, tile.data() + r * tile.outerStride());
+        }
+    } else
+#endif
+    {
+        // Eigen's matrix-vector product per query row (several keys per pass, no packing).
+        for (Index r = 0; r < queries.rows(); ++r) {
+            tile.row(r).transpose().noalias() = scale * (keys * queries.row(r).transpose());
+        }
+    }
+}
+
+}  // namespace diffattn::detail

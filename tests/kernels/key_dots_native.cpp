@@ -1,0 +1,109 @@
+// detail::few_rows_logits, compiled for the build machine's vector ISA (diffattn::native, as the
+// examples and benchmarks are): with AVX-512 its 16-keys-at-once path (kernels/key_dots.hpp)
+// against dot products summed in double, over head dims that are and are not multiples of 16,
+// key counts below, at and past a 16-key step, strided rows, and non-finite keys, which must reach
+// their own logit only. (The portable test builds cover the Eigen path.)
+#include "diffattn/kernels/key_dots.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+using namespace diffattn;
+
+namespace {
+
+using Strided = Eigen::Ref<const RowMatrix<float>, 0, Eigen::OuterStride<>>;
+
+/// |got - sum| <= 4 eps_f32 * d * sum |q_i k_i|, the bound of a float dot product of d terms
+/// in any order (with room for the scale's rounding).
+bool near(float got, double exact, double magnitude, Index d) {
+    return std::abs(static_cast<double>(got) - exact) <=
+           4.0 * std::numeric_limits<float>::epsilon() * static_cast<double>(d + 1) * magnitude + 1e-30;
+}
+
+}  // namespace
+
+TEST_CASE("few_rows_logits: scaled dots of few query rows with a key tile, native build", "[kernels][key_dots]") {
+    std::mt19937 rng(20261124);
+    std::normal_distribution<float> normal;
+    const float scale = 0.375f;
+    for (Index d : {1, 7, 16, 17, 32, 40, 64, 100, 128, 256}) {
+        for (Index keys : {1, 5, 15, 16, 17, 33, 128}) {
+            for (Index rows : {1, 3, 7}) {
+                // Rows of wider matrices: the operands are strided column blocks, as a head's are.
+                RowMatrix<float> k(keys, d + 3), q(rows, d + 5), tile(rows, keys + 16);
+                for (Index i = 0; i < k.size(); ++i) k.data()[i] = normal(rng);
+                for (Index i = 0; i < q.size(); ++i) q.data()[i] = normal(rng);
+                tile.setConstant(-7.0f);
+                const Strided key_rows(k.leftCols(d)), query_rows(q.middleCols(2, d));
+                auto logits = tile.leftCols(keys);
+                detail::few_rows_logits(logits, query_rows, key_rows, scale);
+                Index wrong = 0, written_past = 0;
+                for (Index r = 0; r < rows; ++r) {
+                    for (Index j = 0; j < keys; ++j) {
+                        double exact = 0, magnitude = 0;
+                        for (Index i = 0; i < d; ++i) {
+                            const double term = static_cast<double>(query_rows(r, i)) * key_rows(j, i);
+                            exact += term;
+                            magnitude += std::abs(term);
+                        }
+                        if (!near(tile(r, j), scale * exact, scale * magnitude, d)) ++wrong;
+                    }
+                    for (Index j = keys; j < tile.cols(); ++j) written_past += tile(r, j) != -7.0f;
+                }
+                INFO("d " << d << ", keys " << keys << ", rows " << rows);
+                CHECK(wrong == 0);
+                CHECK(written_past == 0);
+            }
+        }
+    }
+}
+
+TEST_CASE("few_rows_logits: a non-finite key reaches its own logit only, native build", "[kernels][key_dots]") {
+    for (Index d : {16, 24}) {
+        RowMatrix<float> k = RowMatrix<float>::Ones(20, d), q = RowMatrix<float>::Ones(1, d), tile(1, 20);
+        k(3, d - 1) = std::numeric_limits<float>::quiet_NaN();
+        k(17, 0) = std::numeric_limits<float>::infinity();
+        detail::few_rows_logits(tile, Strided(q), Strided(k), 1.0f);
+        for (Index j = 0; j < 20; ++j) {
+            INFO("d " << d << ", key " << j);
+            if (j == 3) {
+                CHECK(std::isnan(tile(0, j)));
+            } else if (j == 17) {
+                CHECK(tile(0, j) == std::numeric_limits<float>::infinity());
+            } else {
+                CHECK(tile(0, j) == static_cast<float>(d));
+            }
+        }
+    }
+}
+
+TEST_CASE("few_rows_logits: half-precision keys give the dots of their float values, bit for bit, native build",
+          "[kernels][key_dots][half_kv]") {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal;
+    const auto check = [&](auto stored_scalar) {
+        using S = decltype(stored_scalar);
+        for (Index d : {5, 16, 32, 45}) {
+            RowMatrix<S> k(37, d);
+            RowMatrix<float> q(2, d), from_stored(2, 37), from_float(2, 37);
+            for (Index i = 0; i < k.size(); ++i) k.data()[i] = static_cast<S>(normal(rng));
+            for (Index i = 0; i < q.size(); ++i) q.data()[i] = normal(rng);
+            const RowMatrix<float> widened = k.template cast<float>();
+            if constexpr (detail::kKeyDotsRead<float, S>) {
+                detail::few_rows_logits(from_stored, Strided(q), Eigen::Ref<const RowMatrix<S>, 0, Eigen::OuterStride<>>(k),
+                                        0.5f);
+                detail::few_rows_logits(from_float, Strided(q), Strided(widened), 0.5f);
+                INFO("d " << d);
+                CHECK(from_stored == from_float);
+            } else {
+                SUCCEED("this ISA widens half-precision keys before the product (rows_as)");
+            }
+        }
+    };
+    check(Eigen::half{});
+    check(Eigen::bfloat16{});
+}
