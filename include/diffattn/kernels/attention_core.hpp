@@ -13,6 +13,7 @@
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/attention_workspace.hpp"
+#include "diffattn/kernels/few_rows_products.hpp"
 #include "diffattn/kernels/mask.hpp"
 #include "diffattn/kernels/online_softmax.hpp"
 #include "diffattn/kernels/options.hpp"
@@ -56,12 +57,8 @@ public:
                     RowMatrix<T>& key_tile) const {
         static_assert(kQueryTile % PackedProduct<T>::rhs_panel == 0, "blocks must start on a packed panel");
         if (packed == nullptr) {
-            const auto queries = q_.middleRows(q_begin, tile.rows());
-            if constexpr (kKeyDotsRead<T, S>) {
-                few_rows_logits(tile, queries, k_.middleRows(k_begin, tile.cols()), scale_);  // widened in registers
-            } else {
-                few_rows_logits(tile, queries, rows_as(k_, k_begin, tile.cols(), key_tile), scale_);
-            }
+            few_rows_logits(tile, q_.middleRows(q_begin, tile.rows()),
+                            few_rows_operand<T>(k_, k_begin, tile.cols(), key_tile), scale_);
             return;
         }
         const Index depth = q_.cols();
@@ -80,7 +77,11 @@ private:
 /// is NaN. One vectorised pass (Eigen's allFinite() is a scalar loop).
 template <typename Matrix>
 bool all_finite(const Matrix& m) {
-    return !std::isnan((m.array() - m.array()).sum());
+    if constexpr (std::is_floating_point_v<typename Matrix::Scalar>) {
+        return !std::isnan((m.array() - m.array()).sum());
+    } else {  // a half-precision cache's rows (few_rows_accumulate reads them unwidened)
+        return !std::isnan((m.template cast<float>().array() - m.template cast<float>().array()).sum());
+    }
 }
 
 /// A run of keys [begin, end) that attend_block limits a group to (by default all of them).
@@ -125,7 +126,7 @@ void fold_tile(Logits& logits, const Mask& mask, Index q_begin, Index b_offset, 
     } else {
         for (Index r = 0; r < b_rows; ++r) {
             const Index n = visible_keys_in_tile(mask, b_begin + r, k_begin, b_keys);
-            if (n > 0) acc.row(r).noalias() += probabilities.row(r).head(n) * block_values.topRows(n);
+            if (n > 0) few_rows_accumulate(acc.middleRows(r, 1), probabilities.block(r, 0, 1, n), block_values.topRows(n));
         }
     }
 }

@@ -36,7 +36,7 @@ void attend_few_rows(const std::tuple<Logits&...>& maps, const Mask& mask, Index
     const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
     for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kKeyTile) {
         const Index k_count = std::min(kKeyTile, visit_end - k_begin);
-        const auto values = rows_as(v, k_begin, k_count, scratch.value_tile);  // read once for all the maps
+        const auto values = few_rows_operand<T>(v, k_begin, k_count, scratch.value_tile);  // read once for all the maps
         const LazyFinite<decltype(values)> values_finite(values);
         std::apply(
             [&](auto&... map) {

@@ -2,13 +2,12 @@
 //
 // Query groups of many rows run their tile products on operands packed once for Eigen's GEMM
 // kernel (PackedProduct below). Groups of few rows (a decode step: one token or a small chunk)
-// multiply as loops over the keys of a tile (few_rows_logits in key_dots.hpp, few_rows_accumulate):
-// each key or value row is read once for all the query rows, with no product set-up per tile, and
-// nothing is allocated whatever the head dim.
+// multiply as loops over the keys of a tile (few_rows_products.hpp): each key or value row is read
+// once for all the query rows, with no product set-up per tile, and nothing is allocated whatever
+// the head dim.
 #pragma once
 
 #include "diffattn/core/types.hpp"
-#include "diffattn/kernels/key_dots.hpp"
 
 #include <Eigen/Core>
 
@@ -22,13 +21,6 @@
 #endif
 
 namespace diffattn::detail {
-
-/// acc [rows x dv] += probabilities [rows x keys] values [keys x dv], one vector-matrix product
-/// per query row (Eigen's GEMV over the row-major value tile, no packing).
-template <typename Acc, typename Probabilities, typename Values>
-void few_rows_accumulate(Acc&& acc, const Probabilities& p, const Values& values) {
-    for (Index r = 0; r < acc.rows(); ++r) acc.row(r).noalias() += p.row(r) * values;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Packed tile products: Eigen 3.4's GEMM building blocks, called directly.

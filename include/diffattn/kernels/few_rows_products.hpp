@@ -1,4 +1,6 @@
-// The logits of one query row against a tile of key rows, for calls of few rows (a decode step).
+// The two products of a call of few query rows (a decode step) with a tile of keys and values:
+// few_rows_logits (the logits of each query row against the key rows) and few_rows_accumulate
+// (each row's probabilities times the value rows).
 //
 // Eigen's matrix-vector product over row-major keys sums each key's products with a horizontal
 // sum: at head dim 32 that is two multiply-adds and about eight shuffles and adds per key, so the
@@ -7,7 +9,9 @@
 // 16 keys, then reduces the 16 vectors together in a transpose-and-add tree: 15 vector adds and
 // 30 shuffles for 16 keys, about three operations per key. Keys of a half-precision KV cache are
 // widened in the registers that multiply them (stored_rows.hpp's widen16), with no tile buffer.
-// Other ISAs and scalars use Eigen.
+// The values take the same path: their rows are streamed once, 64 columns at a time held in
+// registers over all the keys of the tile, widened in registers too. Other ISAs and double use
+// Eigen's matrix-vector products.
 #pragma once
 
 #include "diffattn/core/types.hpp"
@@ -15,6 +19,7 @@
 
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <type_traits>
 
 #if defined(DIFFATTN_WIDEN16_MASKED) && !defined(EIGEN_DONT_VECTORIZE)
@@ -94,24 +99,71 @@ void scaled_key_dots(const float* query, const S* keys, Index stride, Index coun
     }
     if (j < count) scaled_key_dots_step(query, keys + j * stride, stride, count - j, full, tail, scales, out + j);
 }
+
+/// acc[0, dv) += sum_j p[j] * (values row j) for j < count: values row-major with `stride`. The
+/// columns go 64 at a time (four vectors, `masks` the lanes inside dv), each held in registers over
+/// all the keys; the first sweep prefetches whole rows 4 KB ahead.
+template <typename S>
+void accumulate_value_rows(const float* p, const S* values, Index stride, Index count, Index dv, float* acc) {
+    constexpr Index kValuesAhead = 4096;
+    const Index row_bytes = dv * static_cast<Index>(sizeof(S));
+    for (Index c = 0; c < dv; c += 64) {
+        __mmask16 masks[4];
+        for (int i = 0; i < 4; ++i) {
+            const Index lanes = std::clamp<Index>(dv - c - 16 * i, 0, 16);
+            masks[i] = static_cast<__mmask16>((1u << lanes) - 1u);
+        }
+        __m512 sums[4];
+        for (int i = 0; i < 4; ++i) sums[i] = _mm512_maskz_loadu_ps(masks[i], acc + c + 16 * i);
+        const bool whole = dv - c >= 64;
+        for (Index j = 0; j < count; ++j) {
+            const S* row = values + j * stride;
+            if (c == 0) {
+                const char* ahead = reinterpret_cast<const char*>(row) + kValuesAhead;
+                for (Index b = 0; b < row_bytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
+            }
+            const __m512 weight = _mm512_set1_ps(p[j]);
+            if (whole) {
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; ++i) sums[i] = _mm512_fmadd_ps(widen16(row + c + 16 * i), weight, sums[i]);
+            } else {
+                for (int i = 0; i < 4; ++i) {
+                    if (masks[i] != 0) sums[i] = _mm512_fmadd_ps(widen16(masks[i], row + c + 16 * i), weight, sums[i]);
+                }
+            }
+        }
+        for (int i = 0; i < 4; ++i) _mm512_mask_storeu_ps(acc + c + 16 * i, masks[i], sums[i]);
+    }
+}
 #endif
 
-/// Whether few_rows_logits reads keys stored in S directly when computing in T (else the caller
-/// widens them first: rows_as).
+/// Whether few_rows_logits and few_rows_accumulate read keys and values stored in S directly when
+/// computing in T (else the caller widens them first: rows_as).
 template <typename T, typename S>
-inline constexpr bool kKeyDotsRead =
+inline constexpr bool kFewRowsRead =
     std::is_same_v<T, S>
 #if defined(DIFFATTN_KEY_DOTS_AVX512)
     || (std::is_same_v<T, float> && (std::is_same_v<S, Eigen::half> || std::is_same_v<S, Eigen::bfloat16>))
 #endif
     ;
 
+/// Rows [begin, begin + count) of a key or value operand stored in S, as the few-row products take
+/// them: the stored rows themselves where they read S (kFewRowsRead), else widened into `buffer`.
+template <typename T, typename S>
+auto few_rows_operand(const ConstMatrixRef<S>& m, Index begin, Index count, RowMatrix<T>& buffer) {
+    if constexpr (kFewRowsRead<T, S>) {
+        return m.middleRows(begin, count);
+    } else {
+        return rows_as(m, begin, count, buffer);
+    }
+}
+
 /// tile [rows x keys] = scale * queries [rows x d] keys [keys x d]^T, for few query rows: each
 /// row's logits in one sweep of the key tile (row-major, in cache after the first row).
 template <typename Tile, typename Queries, typename Keys, typename T>
 void few_rows_logits(Tile&& tile, const Queries& queries, const Keys& keys, T scale) {
     using S = typename std::decay_t<Keys>::Scalar;
-    static_assert(kKeyDotsRead<T, S>, "keys in another scalar: widen them first (rows_as)");
+    static_assert(kFewRowsRead<T, S>, "keys in another scalar: widen them first (rows_as)");
 #if defined(DIFFATTN_KEY_DOTS_AVX512)
     if constexpr (std::is_same_v<T, float>) {
         // Row-major operands: each query, key and tile row is contiguous.
@@ -129,6 +181,35 @@ void few_rows_logits(Tile&& tile, const Queries& queries, const Keys& keys, T sc
         for (Index r = 0; r < queries.rows(); ++r) {
             tile.row(r).transpose().noalias() = scale * (keys * queries.row(r).transpose());
         }
+    }
+}
+
+}  // namespace diffattn::detail
+
+namespace diffattn::detail {
+
+/// acc [rows x dv] += probabilities [rows x keys] values [keys x dv], for few query rows: each row
+/// sweeps the value tile once (row-major, in cache after the first row).
+template <typename Acc, typename Probabilities, typename Values>
+void few_rows_accumulate(Acc&& acc, const Probabilities& p, const Values& values) {
+    using T = typename std::decay_t<Acc>::Scalar;
+    using S = typename std::decay_t<Values>::Scalar;
+    static_assert(kFewRowsRead<T, S>, "values in another scalar: widen them first (rows_as)");
+#if defined(DIFFATTN_KEY_DOTS_AVX512)
+    if constexpr (std::is_same_v<T, float>) {
+        static_assert(Eigen::internal::traits<std::decay_t<Acc>>::Flags & Eigen::RowMajorBit, "row-major acc");
+        static_assert(Eigen::internal::traits<std::decay_t<Probabilities>>::Flags & Eigen::RowMajorBit,
+                      "row-major probabilities");
+        static_assert(Eigen::internal::traits<std::decay_t<Values>>::Flags & Eigen::RowMajorBit, "row-major values");
+        for (Index r = 0; r < acc.rows() && values.rows() > 0; ++r) {
+            accumulate_value_rows(p.data() + r * p.outerStride(), values.data(), values.outerStride(), values.rows(),
+                                  values.cols(), acc.data() + r * acc.outerStride());
+        }
+    } else
+#endif
+    {
+        // Eigen's vector-matrix product per query row (no packing).
+        for (Index r = 0; r < acc.rows(); ++r) acc.row(r).noalias() += p.row(r) * values;
     }
 }
 

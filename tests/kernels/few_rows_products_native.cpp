@@ -1,9 +1,10 @@
-// detail::few_rows_logits, compiled for the build machine's vector ISA (diffattn::native, as the
-// examples and benchmarks are): with AVX-512 its 16-keys-at-once path (kernels/key_dots.hpp)
-// against dot products summed in double, over head dims that are and are not multiples of 16,
-// key counts below, at and past a 16-key step, strided rows, and non-finite keys, which must reach
-// their own logit only. (The portable test builds cover the Eigen path.)
-#include "diffattn/kernels/key_dots.hpp"
+// detail::few_rows_logits and few_rows_accumulate, compiled for the build machine's vector ISA
+// (diffattn::native, as the examples and benchmarks are): with AVX-512 their paths in
+// kernels/few_rows_products.hpp against sums in double, over head and value dims that are and are
+// not multiples of 16 (and of the 64 columns a value sweep holds), key counts below, at and past a
+// 16-key step, strided rows; non-finite keys, which must reach their own logit only; and keys and
+// values stored as half / bfloat16. (The portable test builds cover the Eigen paths.)
+#include "diffattn/kernels/few_rows_products.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -93,7 +94,7 @@ TEST_CASE("few_rows_logits: half-precision keys give the dots of their float val
             for (Index i = 0; i < k.size(); ++i) k.data()[i] = static_cast<S>(normal(rng));
             for (Index i = 0; i < q.size(); ++i) q.data()[i] = normal(rng);
             const RowMatrix<float> widened = k.template cast<float>();
-            if constexpr (detail::kKeyDotsRead<float, S>) {
+            if constexpr (detail::kFewRowsRead<float, S>) {
                 detail::few_rows_logits(from_stored, Strided(q), Eigen::Ref<const RowMatrix<S>, 0, Eigen::OuterStride<>>(k),
                                         0.5f);
                 detail::few_rows_logits(from_float, Strided(q), Strided(widened), 0.5f);
@@ -101,6 +102,66 @@ TEST_CASE("few_rows_logits: half-precision keys give the dots of their float val
                 CHECK(from_stored == from_float);
             } else {
                 SUCCEED("this ISA widens half-precision keys before the product (rows_as)");
+            }
+        }
+    };
+    check(Eigen::half{});
+    check(Eigen::bfloat16{});
+}
+
+TEST_CASE("few_rows_accumulate: probabilities times value rows, native build", "[kernels][key_dots]") {
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal;
+    for (Index dv : {1, 16, 31, 64, 65, 100, 128, 200}) {
+        for (Index keys : {1, 15, 16, 17, 128}) {
+            for (Index rows : {1, 3, 7}) {
+                RowMatrix<float> v(keys, dv + 3), p(rows, keys + 2), acc(rows, dv + 16);
+                for (Index i = 0; i < v.size(); ++i) v.data()[i] = normal(rng);
+                for (Index i = 0; i < p.size(); ++i) p.data()[i] = normal(rng);
+                for (Index i = 0; i < acc.size(); ++i) acc.data()[i] = normal(rng);
+                const RowMatrix<float> before = acc;
+                const Strided values(v.leftCols(dv));
+                detail::few_rows_accumulate(acc.leftCols(dv), p.leftCols(keys), values);
+                Index wrong = 0, written_past = 0;
+                for (Index r = 0; r < rows; ++r) {
+                    for (Index c = 0; c < dv; ++c) {
+                        double exact = before(r, c), magnitude = std::abs(static_cast<double>(before(r, c)));
+                        for (Index j = 0; j < keys; ++j) {
+                            const double term = static_cast<double>(p(r, j)) * values(j, c);
+                            exact += term;
+                            magnitude += std::abs(term);
+                        }
+                        if (!near(acc(r, c), exact, magnitude, keys)) ++wrong;
+                    }
+                    for (Index c = dv; c < acc.cols(); ++c) written_past += acc(r, c) != before(r, c);
+                }
+                INFO("dv " << dv << ", keys " << keys << ", rows " << rows);
+                CHECK(wrong == 0);
+                CHECK(written_past == 0);
+            }
+        }
+    }
+}
+
+TEST_CASE("few_rows_accumulate: half-precision values give the sums of their float values, bit for bit, native build",
+          "[kernels][key_dots][half_kv]") {
+    std::mt19937 rng(12);
+    std::normal_distribution<float> normal;
+    const auto check = [&](auto stored_scalar) {
+        using S = decltype(stored_scalar);
+        for (Index dv : {5, 32, 64, 80}) {
+            RowMatrix<S> v(37, dv);
+            RowMatrix<float> p(2, 37), from_stored = RowMatrix<float>::Zero(2, dv), from_float = from_stored;
+            for (Index i = 0; i < v.size(); ++i) v.data()[i] = static_cast<S>(normal(rng));
+            for (Index i = 0; i < p.size(); ++i) p.data()[i] = normal(rng);
+            const RowMatrix<float> widened = v.template cast<float>();
+            if constexpr (detail::kFewRowsRead<float, S>) {
+                detail::few_rows_accumulate(from_stored, p, Eigen::Ref<const RowMatrix<S>, 0, Eigen::OuterStride<>>(v));
+                detail::few_rows_accumulate(from_float, p, Strided(widened));
+                INFO("dv " << dv);
+                CHECK(from_stored == from_float);
+            } else {
+                SUCCEED("this ISA widens half-precision values before the product (rows_as)");
             }
         }
     };
