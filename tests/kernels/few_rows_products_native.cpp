@@ -27,7 +27,7 @@ bool near(float got, double exact, double magnitude, Index d) {
 
 }  // namespace
 
-TEST_CASE("few_rows_logits: scaled dots of few query rows with a key tile, native build", "[kernels][key_dots]") {
+TEST_CASE("few_rows_logits: scaled dots of few query rows with a key tile, native build", "[kernels][few_rows]") {
     std::mt19937 rng(20261124);
     std::normal_distribution<float> normal;
     const float scale = 0.375f;
@@ -63,7 +63,7 @@ TEST_CASE("few_rows_logits: scaled dots of few query rows with a key tile, nativ
     }
 }
 
-TEST_CASE("few_rows_logits: a non-finite key reaches its own logit only, native build", "[kernels][key_dots]") {
+TEST_CASE("few_rows_logits: a non-finite key reaches its own logit only, native build", "[kernels][few_rows]") {
     for (Index d : {16, 24}) {
         RowMatrix<float> k = RowMatrix<float>::Ones(20, d), q = RowMatrix<float>::Ones(1, d), tile(1, 20);
         k(3, d - 1) = std::numeric_limits<float>::quiet_NaN();
@@ -82,34 +82,7 @@ TEST_CASE("few_rows_logits: a non-finite key reaches its own logit only, native 
     }
 }
 
-TEST_CASE("few_rows_logits: half-precision keys give the dots of their float values, bit for bit, native build",
-          "[kernels][key_dots][half_kv]") {
-    std::mt19937 rng(7);
-    std::normal_distribution<float> normal;
-    const auto check = [&](auto stored_scalar) {
-        using S = decltype(stored_scalar);
-        for (Index d : {5, 16, 32, 45}) {
-            RowMatrix<S> k(37, d);
-            RowMatrix<float> q(2, d), from_stored(2, 37), from_float(2, 37);
-            for (Index i = 0; i < k.size(); ++i) k.data()[i] = static_cast<S>(normal(rng));
-            for (Index i = 0; i < q.size(); ++i) q.data()[i] = normal(rng);
-            const RowMatrix<float> widened = k.template cast<float>();
-            if constexpr (detail::kFewRowsRead<float, S>) {
-                detail::few_rows_logits(from_stored, Strided(q), Eigen::Ref<const RowMatrix<S>, 0, Eigen::OuterStride<>>(k),
-                                        0.5f);
-                detail::few_rows_logits(from_float, Strided(q), Strided(widened), 0.5f);
-                INFO("d " << d);
-                CHECK(from_stored == from_float);
-            } else {
-                SUCCEED("this ISA widens half-precision keys before the product (rows_as)");
-            }
-        }
-    };
-    check(Eigen::half{});
-    check(Eigen::bfloat16{});
-}
-
-TEST_CASE("few_rows_accumulate: probabilities times value rows, native build", "[kernels][key_dots]") {
+TEST_CASE("few_rows_accumulate: probabilities times value rows, native build", "[kernels][few_rows]") {
     std::mt19937 rng(11);
     std::normal_distribution<float> normal;
     for (Index dv : {1, 16, 31, 64, 65, 100, 128, 200}) {
@@ -143,25 +116,33 @@ TEST_CASE("few_rows_accumulate: probabilities times value rows, native build", "
     }
 }
 
-TEST_CASE("few_rows_accumulate: half-precision values give the sums of their float values, bit for bit, native build",
-          "[kernels][key_dots][half_kv]") {
+TEST_CASE("few-row products of half-precision keys and values equal those of their float values, bit for bit, "
+          "native build",
+          "[kernels][few_rows][half_kv]") {
     std::mt19937 rng(12);
     std::normal_distribution<float> normal;
     const auto check = [&](auto stored_scalar) {
         using S = decltype(stored_scalar);
-        for (Index dv : {5, 32, 64, 80}) {
-            RowMatrix<S> v(37, dv);
-            RowMatrix<float> p(2, 37), from_stored = RowMatrix<float>::Zero(2, dv), from_float = from_stored;
-            for (Index i = 0; i < v.size(); ++i) v.data()[i] = static_cast<S>(normal(rng));
+        using StridedStored = Eigen::Ref<const RowMatrix<S>, 0, Eigen::OuterStride<>>;
+        for (Index d : {5, 16, 32, 45, 64, 80}) {
+            RowMatrix<S> rows(37, d);  // the key rows, then the value rows
+            RowMatrix<float> q(2, d), p(2, 37);
+            for (Index i = 0; i < rows.size(); ++i) rows.data()[i] = static_cast<S>(normal(rng));
+            for (Index i = 0; i < q.size(); ++i) q.data()[i] = normal(rng);
             for (Index i = 0; i < p.size(); ++i) p.data()[i] = normal(rng);
-            const RowMatrix<float> widened = v.template cast<float>();
+            const RowMatrix<float> widened = rows.template cast<float>();
             if constexpr (detail::kFewRowsRead<float, S>) {
-                detail::few_rows_accumulate(from_stored, p, Eigen::Ref<const RowMatrix<S>, 0, Eigen::OuterStride<>>(v));
-                detail::few_rows_accumulate(from_float, p, Strided(widened));
-                INFO("dv " << dv);
-                CHECK(from_stored == from_float);
+                RowMatrix<float> logits_stored(2, 37), logits_float(2, 37);
+                detail::few_rows_logits(logits_stored, Strided(q), StridedStored(rows), 0.5f);
+                detail::few_rows_logits(logits_float, Strided(q), Strided(widened), 0.5f);
+                RowMatrix<float> acc_stored = RowMatrix<float>::Zero(2, d), acc_float = acc_stored;
+                detail::few_rows_accumulate(acc_stored, p, StridedStored(rows));
+                detail::few_rows_accumulate(acc_float, p, Strided(widened));
+                INFO("d " << d);
+                CHECK(logits_stored == logits_float);
+                CHECK(acc_stored == acc_float);
             } else {
-                SUCCEED("this ISA widens half-precision values before the product (rows_as)");
+                SUCCEED("this ISA widens half-precision rows before the products (rows_as)");
             }
         }
     };
