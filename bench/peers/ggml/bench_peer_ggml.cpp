@@ -11,8 +11,10 @@
 //                                        512 MB buffer, T threads (as bench_decode's)
 //   ggml_decode/kv:<f32|f16>/threads:T   ggml_flash_attn_ext, graph planned once, a persistent
 //                                        ggml threadpool of T threads
-//   diffattn_decode/kv:f32/threads:T     diffattn's softmax_attention per head, heads over the
-//                                        threads (diffattn has no half-precision cache yet)
+//   diffattn_decode/kv:<f32|f16>/threads:T
+//                                        diffattn's softmax kernel per head, heads over the threads,
+//                                        K and V head-major like a KvCache (docs/kv_cache.md); f16:
+//                                        the kernel a half-precision KvCache's heads call
 // Counters: bytes (what one call reads: K and V, or the buffer), GB/s = bytes / mean time per
 // call, and share = that rate over bench::stream_bandwidth of the same thread count (the best of
 // 3 streaming reads, the roofline bench_decode uses).
@@ -103,21 +105,24 @@ void ggml_decode(benchmark::State& state, bool half, int threads) {
     ggml_free(ctx);
 }
 
+template <typename S>
 void diffattn_decode(benchmark::State& state, int threads) {
     using bench::Index;
+    using Stored = diffattn::RowMatrix<S>;
     const Index d = kHeadDim, heads = kHeads, keys = g_keys;
-    // Row-major [S x heads d] like a KV cache; one head is a column block.
-    const bench::Matrix q = bench::random_matrix(1, d * heads, 1), k = bench::random_matrix(keys, d * heads, 2),
-                        v = bench::random_matrix(keys, d * heads, 3);
+    // Head-major like a KvCache: head h's keys and values are the rows [h S, (h + 1) S).
+    const bench::Matrix q = bench::random_matrix(1, d * heads, 1);
+    const Stored k = bench::random_matrix(heads * keys, d, 2).cast<S>(), v = bench::random_matrix(heads * keys, d, 3).cast<S>();
     bench::Matrix out(1, d * heads);
     std::vector<diffattn::AttentionWorkspace<float>> ws(static_cast<std::size_t>(heads));
     diffattn::AttentionOptions options;
     options.mask = diffattn::MaskKind::none;
-    run_kernel(state, 2.0 * static_cast<double>(keys * d * heads) * 4, threads, [&] {
+    run_kernel(state, 2.0 * static_cast<double>(keys * d * heads) * sizeof(S), threads, [&] {
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (Index h = 0; h < heads; ++h) {
-            diffattn::softmax_attention(q.middleCols(h * d, d), k.middleCols(h * d, d), v.middleCols(h * d, d),
-                                        out.middleCols(h * d, d), options, &ws[static_cast<std::size_t>(h)]);
+            diffattn::detail::softmax_attention<float, S>(q.middleCols(h * d, d), k.middleRows(h * keys, keys),
+                                                          v.middleRows(h * keys, keys), out.middleCols(h * d, d),
+                                                          options, &ws[static_cast<std::size_t>(h)]);
         }
         benchmark::ClobberMemory();
     });
@@ -139,8 +144,9 @@ int main(int argc, char** argv) {
     for (int t : {1, 2}) {
         const std::string threads = "/threads:" + std::to_string(t);
         add("ggml_decode/kv:f32" + threads, [t](benchmark::State& s) { ggml_decode(s, false, t); });
-        add("diffattn_decode/kv:f32" + threads, [t](benchmark::State& s) { diffattn_decode(s, t); });
+        add("diffattn_decode/kv:f32" + threads, [t](benchmark::State& s) { diffattn_decode<float>(s, t); });
         add("ggml_decode/kv:f16" + threads, [t](benchmark::State& s) { ggml_decode(s, true, t); });
+        add("diffattn_decode/kv:f16" + threads, [t](benchmark::State& s) { diffattn_decode<Eigen::half>(s, t); });
     }
     benchmark::Initialize(&argc, argv);
     benchmark::RunSpecifiedBenchmarks();
