@@ -70,16 +70,10 @@ void dint_softmax_few_rows(const DotProductLogits<T, S>& logits1, const DotProdu
     OnlineSoftmaxState<T>& map1_statistics = ws.stored_statistics();
     BlockScratch<T>& scratch = ws.block(0);
 
-    const Index runs = key_run_count(mask, 0, q_rows, threads);
-    if (runs <= 1) {
-        keep_map_logits(logits1, mask, 0, q_rows, kept, scratch, map1_statistics, KeyRange{});
-    } else {
-        OnlineSoftmaxState<T>* parts = ws.key_split_parts().data();
-        for_each_key_run(mask, 0, q_rows, runs, threads, ws, [&](Index run, KeyRange keys, BlockScratch<T>& mine) {
-            keep_map_logits(logits1, mask, 0, q_rows, kept, mine, parts[run], keys);
-        });
-        map1_statistics.merge(parts, runs);
-    }
+    fold_key_runs<1>(mask, 0, q_rows, threads, ws, scratch, {&map1_statistics},
+                     [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
+                         keep_map_logits(logits1, mask, 0, q_rows, kept, mine, *states[0], keys);
+                     });
 
     const StoredLogits<T> map1_logits(kept, 0);
     const A1Tiles<T, Mask, StoredLogits<T>> a1(map1_logits, mask, 0, map1_statistics.row_maxima(),

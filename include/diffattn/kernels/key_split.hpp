@@ -22,6 +22,17 @@ namespace diffattn::detail {
 /// leave the others idle), else 1 (its groups go to the threads).
 inline int key_split_threads(Index seq_len_q, int threads) { return seq_len_q < kMinPackedRows ? threads : 1; }
 
+/// Calls f(map, m) for each map m of `maps` (a std::tie of Logits policies), in order.
+template <typename... Logits, typename F>
+void for_each_map(const std::tuple<Logits&...>& maps, F&& f) {
+    std::apply(
+        [&](auto&... map) {
+            std::size_t m = 0;
+            (f(map, m++), ...);
+        },
+        maps);
+}
+
 /// The online softmax of the maps of the same few query rows [q_begin, q_begin + q_rows)
 /// (q_rows < kMinPackedRows) over the keys [keys.begin, keys.end) they see, into states[m]: the maps
 /// (Logits policies, `maps` a std::tie of them, which may differ in type) take each key tile in
@@ -38,63 +49,54 @@ void attend_few_rows(const std::tuple<Logits&...>& maps, const Mask& mask, Index
         const Index k_count = std::min(kKeyTile, visit_end - k_begin);
         const auto values = few_rows_operand<T>(v, k_begin, k_count, scratch.value_tile);  // read once for all the maps
         const LazyFinite<decltype(values)> values_finite(values);
-        std::apply(
-            [&](auto&... map) {
-                std::size_t m = 0;
-                (fold_tile(map, mask, q_begin, 0, q_rows, k_begin, k_count, values, values_finite, scratch,
-                           *states[m++], static_cast<PackedTiles<T>*>(nullptr)),
-                 ...);
-            },
-            maps);
+        for_each_map(maps, [&](auto& map, std::size_t m) {
+            fold_tile(map, mask, q_begin, 0, q_rows, k_begin, k_count, values, values_finite, scratch, *states[m],
+                      static_cast<PackedTiles<T>*>(nullptr));
+        });
     }
 }
 
-/// Runs of key tiles that the few query rows [q_begin, q_begin + q_rows) cut the keys they see
-/// into on `threads` threads: up to kKeySegmentsPerThread * threads runs of whole tiles (the rows
-/// see about the same keys), or 1 (no split) with one thread or a single tile.
-template <typename Mask>
-Index key_run_count(const Mask& mask, Index q_begin, Index q_rows, int threads) {
+/// Folds every key the few query rows [q_begin, q_begin + q_rows) see into the M states `into`,
+/// with the keys split over `threads` threads. fold(keys, scratch, states) must fold the keys
+/// [keys.begin, keys.end) (whole key tiles, or all of them for KeyRange{}) into states[0, M) from
+/// a reset, using `scratch`. With several threads the visible key tiles are cut into up to
+/// kKeySegmentsPerThread * threads runs of about equal length (the rows see about the same keys);
+/// each run is a task, handed out one at a time, that folds into its own states (the workspace's
+/// key_split_parts), and then each state merges its runs into into[m]. With one thread or a
+/// single tile: fold over all the keys into `into`, on `scratch`.
+template <std::size_t M, typename T, typename Mask, typename Fold>
+void fold_key_runs(const Mask& mask, Index q_begin, Index q_rows, int threads, AttentionWorkspace<T>& ws,
+                   BlockScratch<T>& scratch, OnlineSoftmaxState<T>* const (&into)[M], Fold&& fold) {
     const Index tiles = (block_visit_end(mask, q_begin, q_begin + q_rows) + kKeyTile - 1) / kKeyTile;
-    return threads > 1 ? std::max<Index>(1, std::min<Index>(tiles, kKeySegmentsPerThread * threads)) : 1;
-}
-
-/// Calls run(keys, scratch) for each of the `runs` runs of key_run_count, as one task each on up to
-/// `threads` threads (the scratch of the thread running it), handed out one at a time. Run r holds
-/// whole tiles, about equal in count, and the keys of every run: the rows [q_begin, q_begin + q_rows).
-template <typename T, typename Mask, typename Run>
-void for_each_key_run(const Mask& mask, Index q_begin, Index q_rows, Index runs, int threads,
-                      AttentionWorkspace<T>& ws, Run&& run) {
-    const Index tiles = (block_visit_end(mask, q_begin, q_begin + q_rows) + kKeyTile - 1) / kKeyTile;
-    parallel_for(runs, threads, Schedule::equal_tasks, [&](Index r, int thread) {
-        run(r, KeyRange{r * tiles / runs * kKeyTile, (r + 1) * tiles / runs * kKeyTile}, ws.block(thread));
-    });
-}
-
-/// attend_few_rows over every key the rows see, into `into`, with the keys split over `threads`
-/// threads: each run of key_run_count is a task (attend_few_rows over all the maps) that folds its
-/// keys into its own states (the workspace's key_split_parts); then each map merges its runs into
-/// into[m]. With one run, attend_few_rows on `scratch`.
-template <typename T, typename S, typename Mask, typename... Logits>
-void attend_few_rows_split(const std::tuple<Logits&...>& maps, const Mask& mask, Index q_begin, Index q_rows,
-                           const ConstMatrixRef<S>& v, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch,
-                           int threads, OnlineSoftmaxState<T>* const (&into)[sizeof...(Logits)]) {
-    constexpr std::size_t M = sizeof...(Logits);
-    const Index runs = key_run_count(mask, q_begin, q_rows, threads);
+    const Index runs = threads > 1 ? std::min<Index>(tiles, kKeySegmentsPerThread * threads) : 1;
     if (runs <= 1) {
-        attend_few_rows(maps, mask, q_begin, q_rows, v, scratch, into, KeyRange{});
+        fold(KeyRange{}, scratch, into);
         return;
     }
     assert(ws.key_split_parts().size() >= M * static_cast<std::size_t>(runs));
-    OnlineSoftmaxState<T>* parts = ws.key_split_parts().data();  // map m's run r at m * runs + r
-    for_each_key_run(mask, q_begin, q_rows, runs, threads, ws, [&](Index run, KeyRange keys, BlockScratch<T>& mine) {
+    OnlineSoftmaxState<T>* parts = ws.key_split_parts().data();  // state m's run r at m * runs + r
+    parallel_for(runs, threads, Schedule::equal_tasks, [&](Index run, int thread) {
         OnlineSoftmaxState<T>* states[M];
         for (std::size_t m = 0; m < M; ++m) states[m] = parts + static_cast<Index>(m) * runs + run;
-        attend_few_rows(maps, mask, q_begin, q_rows, v, mine, states, keys);
+        // Runs of whole tiles, about equal in count.
+        fold(KeyRange{run * tiles / runs * kKeyTile, (run + 1) * tiles / runs * kKeyTile}, ws.block(thread), states);
     });
     for (std::size_t m = 0; m < M; ++m) into[m]->merge(parts + static_cast<Index>(m) * runs, runs);
 }
 
-/// Runs M maps of the query rows [q_begin, q_begin + q_rows) over every key the mask lets them
+/// attend_few_rows over every key the rows see, into `into`, with the keys split over `threads`
+/// threads (fold_key_runs).
+template <typename T, typename S, typename Mask, typename... Logits>
+void attend_few_rows_split(const std::tuple<Logits&...>& maps, const Mask& mask, Index q_begin, Index q_rows,
+                           const ConstMatrixRef<S>& v, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch,
+                           int threads, OnlineSoftmaxState<T>* const (&into)[sizeof...(Logits)]) {
+    fold_key_runs(mask, q_begin, q_rows, threads, ws, scratch, into,
+                  [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
+                      attend_few_rows(maps, mask, q_begin, q_rows, v, mine, states, keys);
+                  });
+}
+
+/// Runs the maps of the query rows [q_begin, q_begin + q_rows) over every key the mask lets them
 /// see: on return into[m] holds map m's {acc, m, l}.
 ///   q_rows >= kMinPackedRows: attend_block for each map on `scratch` (threads must be 1).
 ///   fewer rows: attend_few_rows_split, the keys split over `threads` threads.
@@ -106,12 +108,7 @@ void attend_maps(const std::tuple<Logits&...>& maps, const Mask& mask, Index q_b
                  OnlineSoftmaxState<T>* const (&into)[sizeof...(Logits)]) {
     if (q_rows >= kMinPackedRows) {
         assert(threads == 1);
-        std::apply(
-            [&](auto&... map) {
-                std::size_t m = 0;
-                (attend_block(map, mask, q_begin, q_rows, v, scratch, *into[m++]), ...);
-            },
-            maps);
+        for_each_map(maps, [&](auto& map, std::size_t m) { attend_block(map, mask, q_begin, q_rows, v, scratch, *into[m]); });
         return;
     }
     attend_few_rows_split(maps, mask, q_begin, q_rows, v, ws, scratch, threads, into);
