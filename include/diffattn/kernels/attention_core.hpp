@@ -77,11 +77,11 @@ private:
 /// is NaN. One vectorised pass (Eigen's allFinite() is a scalar loop).
 template <typename Matrix>
 bool all_finite(const Matrix& m) {
-    if constexpr (std::is_floating_point_v<typename Matrix::Scalar>) {
-        return !std::isnan((m.array() - m.array()).sum());
-    } else {  // a half-precision cache's rows (few_rows_accumulate reads them unwidened)
-        return !std::isnan((m.template cast<float>().array() - m.template cast<float>().array()).sum());
-    }
+    // A half-precision cache's rows (few_rows_accumulate reads them unwidened) are summed as floats;
+    // Eigen's cast to the matrix's own scalar is the matrix itself.
+    using Scalar = typename Matrix::Scalar;
+    const auto wide = m.template cast<std::conditional_t<std::is_floating_point_v<Scalar>, Scalar, float>>().array();
+    return !std::isnan((wide - wide).sum());
 }
 
 /// A run of keys [begin, end) that attend_block limits a group to (by default all of them).

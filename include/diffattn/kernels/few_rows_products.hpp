@@ -23,12 +23,12 @@
 #include <type_traits>
 
 #if defined(DIFFATTN_WIDEN16_MASKED) && !defined(EIGEN_DONT_VECTORIZE)
-#define DIFFATTN_KEY_DOTS_AVX512 1
+#define DIFFATTN_FEW_ROWS_AVX512 1
 #endif
 
 namespace diffattn::detail {
 
-#if defined(DIFFATTN_KEY_DOTS_AVX512)
+#if defined(DIFFATTN_FEW_ROWS_AVX512)
 /// The 16 sums of the lanes of v[0..16), in order: lane t of the result is the sum of v[t]'s lanes.
 /// Each level halves the vectors, adding lanes of two vectors that the shuffles line up.
 inline __m512 sum_lanes_of_16(__m512 (&v)[16]) {
@@ -81,20 +81,17 @@ __attribute__((always_inline)) inline void scaled_key_dots_step(const float* que
     _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << n) - 1u), _mm512_mul_ps(sum_lanes_of_16(acc), scales));
 }
 
-/// out[j] = scale * (query . keys row j) for j < count: keys row-major with `stride`, head dim d.
-/// The keys are streamed from memory: each step asks for the bytes kKeysAhead past its own (a
-/// prefetch past the end is a hint the CPU drops, never a read).
+/// out[j] = scale * (query . keys row j) for j < count: keys row-major with `stride`, head dim d,
+/// streamed from memory (each step prefetches the keys ahead of its own).
 template <typename S>
 void scaled_key_dots(const float* query, const S* keys, Index stride, Index count, Index d, float scale, float* out) {
-    constexpr Index kKeysAhead = 4096;
     const Index full = d / 16 * 16;
     const auto tail = static_cast<__mmask16>((1u << (d - full)) - 1u);
     const __m512 scales = _mm512_set1_ps(scale);
     const Index step_bytes = 16 * stride * static_cast<Index>(sizeof(S));
     Index j = 0;
     for (; j + 16 <= count; j += 16) {
-        const char* ahead = reinterpret_cast<const char*>(keys + j * stride) + kKeysAhead;
-        for (Index b = 0; b < step_bytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
+        prefetch_ahead(keys + j * stride, step_bytes);
         scaled_key_dots_step(query, keys + j * stride, stride, 16, full, tail, scales, out + j);
     }
     if (j < count) scaled_key_dots_step(query, keys + j * stride, stride, count - j, full, tail, scales, out + j);
@@ -102,10 +99,9 @@ void scaled_key_dots(const float* query, const S* keys, Index stride, Index coun
 
 /// acc[0, dv) += sum_j p[j] * (values row j) for j < count: values row-major with `stride`. The
 /// columns go 64 at a time (four vectors, `masks` the lanes inside dv), each held in registers over
-/// all the keys; the first sweep prefetches whole rows 4 KB ahead.
+/// all the keys; the first sweep prefetches whole rows ahead.
 template <typename S>
 void accumulate_value_rows(const float* p, const S* values, Index stride, Index count, Index dv, float* acc) {
-    constexpr Index kValuesAhead = 4096;
     const Index row_bytes = dv * static_cast<Index>(sizeof(S));
     for (Index c = 0; c < dv; c += 64) {
         __mmask16 masks[4];
@@ -118,10 +114,7 @@ void accumulate_value_rows(const float* p, const S* values, Index stride, Index 
         const bool whole = dv - c >= 64;
         for (Index j = 0; j < count; ++j) {
             const S* row = values + j * stride;
-            if (c == 0) {
-                const char* ahead = reinterpret_cast<const char*>(row) + kValuesAhead;
-                for (Index b = 0; b < row_bytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
-            }
+            if (c == 0) prefetch_ahead(row, row_bytes);
             const __m512 weight = _mm512_set1_ps(p[j]);
             if (whole) {
 #pragma GCC unroll 4
@@ -137,12 +130,16 @@ void accumulate_value_rows(const float* p, const S* values, Index stride, Index 
 }
 #endif
 
+/// Whether an Eigen expression stores its rows contiguously (the AVX-512 paths' operands).
+template <typename Xpr>
+inline constexpr bool kRowMajor = (Eigen::internal::traits<std::decay_t<Xpr>>::Flags & Eigen::RowMajorBit) != 0;
+
 /// Whether few_rows_logits and few_rows_accumulate read keys and values stored in S directly when
 /// computing in T (else the caller widens them first: rows_as).
 template <typename T, typename S>
 inline constexpr bool kFewRowsRead =
     std::is_same_v<T, S>
-#if defined(DIFFATTN_KEY_DOTS_AVX512)
+#if defined(DIFFATTN_FEW_ROWS_AVX512)
     || (std::is_same_v<T, float> && (std::is_same_v<S, Eigen::half> || std::is_same_v<S, Eigen::bfloat16>))
 #endif
     ;
@@ -164,12 +161,9 @@ template <typename Tile, typename Queries, typename Keys, typename T>
 void few_rows_logits(Tile&& tile, const Queries& queries, const Keys& keys, T scale) {
     using S = typename std::decay_t<Keys>::Scalar;
     static_assert(kFewRowsRead<T, S>, "keys in another scalar: widen them first (rows_as)");
-#if defined(DIFFATTN_KEY_DOTS_AVX512)
+#if defined(DIFFATTN_FEW_ROWS_AVX512)
     if constexpr (std::is_same_v<T, float>) {
-        // Row-major operands: each query, key and tile row is contiguous.
-        static_assert(Eigen::internal::traits<std::decay_t<Queries>>::Flags & Eigen::RowMajorBit, "row-major queries");
-        static_assert(Eigen::internal::traits<std::decay_t<Keys>>::Flags & Eigen::RowMajorBit, "row-major keys");
-        static_assert(Eigen::internal::traits<std::decay_t<Tile>>::Flags & Eigen::RowMajorBit, "row-major tile");
+        static_assert(kRowMajor<Queries> && kRowMajor<Keys> && kRowMajor<Tile>, "row-major operands");
         for (Index r = 0; r < queries.rows() && keys.rows() > 0; ++r) {
             scaled_key_dots(queries.data() + r * queries.outerStride(), keys.data(), keys.outerStride(), keys.rows(),
                             keys.cols(), scale, tile.data() + r * tile.outerStride());
@@ -184,10 +178,6 @@ void few_rows_logits(Tile&& tile, const Queries& queries, const Keys& keys, T sc
     }
 }
 
-}  // namespace diffattn::detail
-
-namespace diffattn::detail {
-
 /// acc [rows x dv] += probabilities [rows x keys] values [keys x dv], for few query rows: each row
 /// sweeps the value tile once (row-major, in cache after the first row).
 template <typename Acc, typename Probabilities, typename Values>
@@ -195,12 +185,9 @@ void few_rows_accumulate(Acc&& acc, const Probabilities& p, const Values& values
     using T = typename std::decay_t<Acc>::Scalar;
     using S = typename std::decay_t<Values>::Scalar;
     static_assert(kFewRowsRead<T, S>, "values in another scalar: widen them first (rows_as)");
-#if defined(DIFFATTN_KEY_DOTS_AVX512)
+#if defined(DIFFATTN_FEW_ROWS_AVX512)
     if constexpr (std::is_same_v<T, float>) {
-        static_assert(Eigen::internal::traits<std::decay_t<Acc>>::Flags & Eigen::RowMajorBit, "row-major acc");
-        static_assert(Eigen::internal::traits<std::decay_t<Probabilities>>::Flags & Eigen::RowMajorBit,
-                      "row-major probabilities");
-        static_assert(Eigen::internal::traits<std::decay_t<Values>>::Flags & Eigen::RowMajorBit, "row-major values");
+        static_assert(kRowMajor<Acc> && kRowMajor<Probabilities> && kRowMajor<Values>, "row-major operands");
         for (Index r = 0; r < acc.rows() && values.rows() > 0; ++r) {
             accumulate_value_rows(p.data() + r * p.outerStride(), values.data(), values.outerStride(), values.rows(),
                                   values.cols(), acc.data() + r * acc.outerStride());

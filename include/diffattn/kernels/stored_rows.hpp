@@ -20,6 +20,19 @@
 
 namespace diffattn::detail {
 
+#if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
+/// How far ahead of the rows a kernel streams it asks for them: 1 KB ahead helped less than 4 KB
+/// (docs/benchmarks.md, "Measurements behind the code's choices").
+inline constexpr Index kPrefetchAheadBytes = 4096;
+
+/// Asks for the cache lines of [p, p + bytes) kPrefetchAheadBytes ahead: the rows a loop will
+/// read next (a prefetch past the end of the rows is a hint the CPU drops, never a read).
+inline void prefetch_ahead(const void* p, Index bytes) {
+    const char* ahead = static_cast<const char*>(p) + kPrefetchAheadBytes;
+    for (Index b = 0; b < bytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
+}
+#endif
+
 #if defined(__AVX512F__)
 /// 16 entries from p widened to floats (exact).
 inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
@@ -44,22 +57,20 @@ inline __m512 widen16(__mmask16 mask, const Eigen::bfloat16* p) {
 #endif
 
 /// dst[0, n) = src[0, n) widened to T (exact: every half and bfloat16 value is a float). src is
-/// streamed from memory: the loops ask for it kWidenAhead entries ahead (a prefetch past the end of
-/// the rows is a hint the CPU drops, never a read).
+/// streamed from memory: the SIMD loops prefetch it (prefetch_ahead).
 template <typename T, typename S>
 void widen(const S* src, T* dst, Index n) {
-    [[maybe_unused]] constexpr Index kWidenAhead = 4096 / sizeof(S);  // SIMD paths only
     Index i = 0;
     if constexpr (std::is_same_v<T, float> && std::is_same_v<S, Eigen::half>) {
 #if defined(__AVX512F__)
         for (; i + 16 <= n; i += 16) {
-            _mm_prefetch(reinterpret_cast<const char*>(src + i) + sizeof(S) * kWidenAhead, _MM_HINT_T0);
+            prefetch_ahead(src + i, 1);
             _mm512_storeu_ps(dst + i, widen16(src + i));
         }
 #endif
 #if defined(__F16C__)
         for (; i + 8 <= n; i += 8) {
-            _mm_prefetch(reinterpret_cast<const char*>(src + i) + sizeof(S) * kWidenAhead, _MM_HINT_T0);
+            prefetch_ahead(src + i, 1);
             const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
             _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
         }
@@ -67,14 +78,14 @@ void widen(const S* src, T* dst, Index n) {
     } else if constexpr (std::is_same_v<T, float> && std::is_same_v<S, Eigen::bfloat16>) {
 #if defined(__AVX512F__)
         for (; i + 16 <= n; i += 16) {
-            _mm_prefetch(reinterpret_cast<const char*>(src + i) + sizeof(S) * kWidenAhead, _MM_HINT_T0);
+            prefetch_ahead(src + i, 1);
             _mm512_storeu_ps(dst + i, widen16(src + i));
         }
 #endif
 #if defined(__AVX2__)
         // A bfloat16 is the upper half of a float's bits.
         for (; i + 8 <= n; i += 8) {
-            _mm_prefetch(reinterpret_cast<const char*>(src + i) + sizeof(S) * kWidenAhead, _MM_HINT_T0);
+            prefetch_ahead(src + i, 1);
             const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
             _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
         }
