@@ -151,3 +151,50 @@ TEMPLATE_TEST_CASE("softmax_attention_pair equals two softmax_attention calls bi
         check_pair_case<T>(rng, c, ws);
     });
 }
+
+namespace {
+
+/// gated_softmax_difference (DIFF V2's head over one kv head) on one case: out = O1 - diag(gate) O2,
+/// gates in (0, 1) drawn per row, within docs/math.md §7 of the reference's two maps; a call of few
+/// rows takes the combined-weights path (kernels/diff_few_rows.hpp), larger ones the pair.
+template <typename T>
+void check_gated_case(std::mt19937& rng, const KernelCase& c, AttentionWorkspace<T>* workspace) {
+    using W = Wide<T>;
+    const auto in = random_diff_inputs<T>(rng, c);
+    const AttentionOptions o = c.options();
+    std::uniform_real_distribution<double> unit(0.05, 0.95);
+    RowMatrix<T> gates(c.seq_len_q, 2);  // the gate of row r at (r, 1): a strided column, as a head's
+    gates.col(0).setConstant(T(-7));  // not a gate: the kernel must read the strided column only
+    for (Index r = 0; r < c.seq_len_q; ++r) gates(r, 1) = static_cast<T>(unit(rng));
+    const Eigen::Map<const Vector<T>, 0, Eigen::InnerStride<>> gate(gates.data() + 1, c.seq_len_q,
+                                                                    Eigen::InnerStride<>(2));
+    RowMatrix<T> out = RowMatrix<T>::Constant(c.seq_len_q, c.value_dim, T(12345)), second = out;
+    detail::gated_softmax_difference<T, T>(in.q1, in.k1, in.q2, in.k2, in.v, gate, out, second, o, workspace);
+    const Vector<T> g = gate;
+    const RowMatrix<T> plain = reference::softmax_attention(in.q1, in.k1, in.v, o) -
+                               g.asDiagonal() * reference::softmax_attention(in.q2, in.k2, in.v, o);
+    const auto wide = in.template cast<W>();
+    const Vector<W> g_wide = g.template cast<W>();
+    const RowMatrix<W> oracle = reference::softmax_attention(wide.q1, wide.k1, wide.v, o) -
+                                g_wide.asDiagonal() * reference::softmax_attention(wide.q2, wide.k2, wide.v, o);
+    check_spec7<T>("gated_softmax_difference " + c.describe(), out, plain, oracle, case_error_bound<T>(c, 2));
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("gated_softmax_difference: DIFF V2's O1 - gate O2 within docs/math.md §7, prefill and decode on "
+                   "1, 2 and 3 threads",
+                   "[kernels][softmax_attention][threads][decode]", float, double) {
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    AttentionWorkspace<T> workspace;
+    for (const KernelCase& c : kernel_cases(rng, kQueryTile, kKeyTile, 4)) check_gated_case<T>(rng, c, &workspace);
+    for_each_decode_case<T>(rng, 12, [&](const KernelCase& c, AttentionWorkspace<T>* ws) {
+        check_gated_case<T>(rng, c, ws);
+    });
+    RowMatrix<T> q = RowMatrix<T>::Ones(3, 4), k = RowMatrix<T>::Ones(5, 4), out(3, 4), second(3, 4);
+    Vector<T> two(2);
+    const Eigen::Map<const Vector<T>, 0, Eigen::InnerStride<>> short_gate(two.data(), 2, Eigen::InnerStride<>(1));
+    const auto call = [&] { detail::gated_softmax_difference<T, T>(q, k, q, k, k, short_gate, out, second, {}, &workspace); };
+    CHECK_THROWS_AS(call(), ShapeError);
+}

@@ -83,8 +83,9 @@ public:
     /// + O(seq_len_q / kQueryTile * value_dim) for DINT's mean modes
     /// + O(threads * kMinPackedRows * value_dim) for the key split of few rows; nothing grows as
     /// seq_len_q * seq_len_kv (no N x S buffer anywhere)
-    /// + O(min(seq_len_q, kMinPackedRows) * seq_len_kv) for the map-1 logits that DINT
-    /// causal_softmax keeps in a call of few rows (kernels/dint_few_rows.hpp).
+    /// + O(3 * min(seq_len_q, kMinPackedRows) * seq_len_kv) for the logits that a call of few rows
+    /// keeps: DIFF's two maps (kernels/diff_few_rows.hpp), DINT causal_softmax's three
+    /// (kernels/dint_few_rows.hpp).
     void reserve(Index seq_len_q, Index seq_len_kv, Index head_dim, Index value_dim, int threads = 1) {
         const Index t = std::max(threads, 1);
         if (blocks_.size() < static_cast<std::size_t>(t)) blocks_.resize(static_cast<std::size_t>(t));
@@ -94,8 +95,7 @@ public:
         grow_to(running_row_sum_, value_dim);
         grow_to(running_row_error_, value_dim);
         grow_to(column_sum_, seq_len_kv);
-        grow_to(stored_logits_, std::min(seq_len_q, kMinPackedRows - 1) * seq_len_kv);
-        stored_statistics_.reserve(kMinPackedRows, 0);
+        grow_to(stored_logits_, kKeptMaps * std::min(seq_len_q, kMinPackedRows - 1) * seq_len_kv);
         if (t > 1) dint_pipeline_.reserve(seq_len_q, value_dim, t);
         // Key split of a call of few rows (kernels/key_split.hpp): up to three maps at once (DINT's
         // few rows: kernels/dint_few_rows.hpp), each in up to kKeySegmentsPerThread runs per thread.
@@ -122,15 +122,15 @@ public:
     /// A call of few rows on several threads: one state per map and run of keys
     /// [3 * kKeySegmentsPerThread * threads], each of up to kMinPackedRows rows.
     std::vector<OnlineSoftmaxState<T>>& key_split_parts() { return key_split_parts_; }
-    /// DINT causal_softmax's calls of few rows: map 1's logits [rows x seq_len_kv] (row-major,
-    /// rows < kMinPackedRows), and their final row max and sum (value width 0).
-    Eigen::Map<RowMatrix<T>> stored_logits(Index rows, Index seq_len_kv) {
-        assert(rows * seq_len_kv <= stored_logits_.size());
-        return Eigen::Map<RowMatrix<T>>(stored_logits_.data(), rows, seq_len_kv);
+    /// A call of few rows that keeps its logits: map `map`'s [rows x seq_len_kv] (row-major, rows <
+    /// kMinPackedRows, map < kKeptMaps).
+    Eigen::Map<RowMatrix<T>> stored_logits(Index rows, Index seq_len_kv, Index map = 0) {
+        assert(map < kKeptMaps && (map + 1) * rows * seq_len_kv <= stored_logits_.size());
+        return Eigen::Map<RowMatrix<T>>(stored_logits_.data() + map * rows * seq_len_kv, rows, seq_len_kv);
     }
-    OnlineSoftmaxState<T>& stored_statistics() { return stored_statistics_; }
 
 private:
+    static constexpr Index kKeptMaps = 3;  // the most maps whose logits a call of few rows keeps (DINT)
     std::vector<BlockScratch<T>> blocks_;
     RowMatrix<Accumulator<T>> block_row_sums_;
     RowMatrix<Accumulator<T>> block_row_compensation_;
@@ -140,7 +140,6 @@ private:
     DintPipeline<T> dint_pipeline_;
     std::vector<OnlineSoftmaxState<T>> key_split_parts_;
     Vector<T> stored_logits_;
-    OnlineSoftmaxState<T> stored_statistics_;
 };
 
 }  // namespace diffattn

@@ -2,6 +2,7 @@
 // Oi = softmax(s Qi Ki^T + M) V are two runs of the shared tiled core over the same V.
 #pragma once
 
+#include "diffattn/kernels/diff_few_rows.hpp"
 #include "diffattn/kernels/key_split.hpp"
 
 namespace diffattn {
@@ -51,6 +52,11 @@ void diff_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>& k1, co
                                  [&](const auto& logits1, const auto& logits2, const auto& mask, Index q_begin,
                                      Index q_rows, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch,
                                      int key_threads) {
+                                     if (q_begin == 0 && q_rows < kMinPackedRows) {  // a call of few rows: V once
+                                         diff_few_rows(logits1, logits2, mask, v, lambda, RowFactors<T>{}, q_rows,
+                                                       key_threads, ws, scratch, out);
+                                         return;
+                                     }
                                      differential_block(logits1, logits2, mask, q_begin, q_rows, v, lambda, ws,
                                                         scratch, key_threads, out);
                                  });

@@ -1,21 +1,21 @@
 // DINT's causal_softmax integral for a call of few query rows (a decode step: one token or a small
-// chunk), reading K1, K2 and V once each.
+// chunk), reading K1, K2 and V once each and multiplying V once.
 //
 // The integral map's logits G are built from A1 = softmax(s Q1 K1^T), and a tile of A1 needs map
 // 1's final row max and sum (docs/math.md §2.3). The grouped path therefore reads K1 and V twice:
 // once for the DIFF maps, once more for the integral map. A call of fewer than kMinPackedRows rows
-// instead keeps its map-1 logits (one scalar per row and key: 1/d of K1's bytes) in two passes:
-//   1. s Q1 K1^T over K1 alone, kept in the workspace and folded into map 1's row max and sum;
-//   2. one pass over K2 and V for three maps at once (attend_few_rows): map 1 from the kept logits,
-//      map 2 from K2, and the integral map from A1 rebuilt from the kept logits and pass 1's
-//      statistics.
-// Both passes split their keys over the threads (key_split.hpp). Only the order of the sums
-// changes, so results agree with the grouped path within docs/math.md §7.
+// instead keeps its logits (one scalar per row, key and map; diff_few_rows.hpp) in three passes:
+//   1. s Q1 K1^T and s Q2 K2^T over K1 and K2, kept, and folded into each map's row max and sum;
+//   2. G from A1, rebuilt from the kept map-1 logits and pass 1's statistics (no keys read), kept
+//      and folded the same way;
+//   3. one pass over V with the weights A1 - lambda A2 + lambda softmax(G) (multiply_values_once).
+// Every pass splits its keys over the threads (key_split.hpp). Only the order of the sums changes,
+// so results agree with the grouped path within docs/math.md §7.
 #pragma once
 
 #include "diffattn/kernels/dint_integral.hpp"
 
-#include <tuple>
+#include <array>
 
 namespace diffattn::detail {
 
@@ -38,54 +38,42 @@ private:
     Index first_row_;
 };
 
-/// Pass 1 over the keys [keys.begin, keys.end) the rows [q_begin, q_begin + q_rows) see: their
-/// map-1 logits into the same columns of `kept` [q_rows x S], folded into `statistics` (value
-/// width 0: only the row max and sum).
-template <typename T, typename S, typename Mask>
-void keep_map_logits(const DotProductLogits<T, S>& logits1, const Mask& mask, Index q_begin, Index q_rows,
-                     Eigen::Map<RowMatrix<T>>& kept, BlockScratch<T>& scratch, OnlineSoftmaxState<T>& statistics,
-                     KeyRange keys) {
-    statistics.reset(q_rows, 0);
-    const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
-    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kKeyTile) {
-        const Index k_count = std::min(kKeyTile, visit_end - k_begin);
-        auto tile = scratch.logits.topLeftCorner(q_rows, k_count);  // padded rows, as fold() needs
-        logits1(q_begin, q_begin, k_begin, tile, nullptr, scratch.key_tile);
-        kept.middleCols(k_begin, k_count) = tile;
-        const bool masked = k_begin + k_count > block_unmasked_end(mask, q_begin);
-        statistics.fold(0, tile, masked,
-                        [&](Index r) { return visible_keys_in_tile(mask, q_begin + r, k_begin, k_count); });
-    }
-}
-
 /// out rows [0, q_rows) = O1 - lambda O2 + lambda softmax(G) V for a call of q_rows < kMinPackedRows
-/// query rows (the file comment's two passes), on `threads` threads. column_sum and rows_before as
-/// IntegralLogits; the workspace reserved for q_rows x S (its stored_logits).
+/// query rows, all of them (the file comment's passes), on `threads` threads. column_sum and
+/// rows_before as IntegralLogits; the workspace reserved for q_rows x S (its stored_logits).
 template <typename T, typename S, typename Mask>
 void dint_softmax_few_rows(const DotProductLogits<T, S>& logits1, const DotProductLogits<T, S>& logits2,
                            const Mask& mask, const ConstMatrixRef<S>& v, T lambda, VectorRef<T> column_sum,
                            Index rows_before, Index q_rows, int threads, AttentionWorkspace<T>& ws, MatrixRef<T>& out) {
-    assert(q_rows < kMinPackedRows);
-    Eigen::Map<RowMatrix<T>> kept = ws.stored_logits(q_rows, v.rows());
-    OnlineSoftmaxState<T>& map1_statistics = ws.stored_statistics();
+    assert(q_rows < kMinPackedRows && q_rows == out.rows());
+    Eigen::Map<RowMatrix<T>> kept1 = ws.stored_logits(q_rows, v.rows(), 0);
+    Eigen::Map<RowMatrix<T>> kept2 = ws.stored_logits(q_rows, v.rows(), 1);
+    Eigen::Map<RowMatrix<T>> kept_integral = ws.stored_logits(q_rows, v.rows(), 2);
     BlockScratch<T>& scratch = ws.block(0);
+    OnlineSoftmaxState<T>& statistics1 = scratch.states[0];
+    OnlineSoftmaxState<T>& statistics2 = scratch.states[1];
+    OnlineSoftmaxState<T>& integral_statistics = scratch.states[2];
 
-    fold_key_runs<1>(mask, 0, q_rows, threads, ws, scratch, {&map1_statistics},
+    // 1. Both maps' logits, over K1 and K2.
+    fold_key_runs<2>(mask, 0, q_rows, threads, ws, scratch, {&statistics1, &statistics2},
                      [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
-                         keep_map_logits(logits1, mask, 0, q_rows, kept, mine, *states[0], keys);
+                         keep_map_logits<T>(logits1, mask, 0, q_rows, kept1, mine, *states[0], keys);
+                         keep_map_logits<T>(logits2, mask, 0, q_rows, kept2, mine, *states[1], keys);
                      });
-
-    const StoredLogits<T> map1_logits(kept, 0);
-    const A1Tiles<T, Mask, StoredLogits<T>> a1(map1_logits, mask, 0, map1_statistics.row_maxima(),
-                                               map1_statistics.row_sums());
+    // 2. The integral map's logits G, from A1 rebuilt from map 1's kept logits and final statistics
+    //    (each run adds its own keys' column sums).
+    const StoredLogits<T> map1_logits(kept1, 0);
+    const A1Tiles<T, Mask, StoredLogits<T>> a1(map1_logits, mask, 0, statistics1.row_maxima(), statistics1.row_sums());
     IntegralLogits<T, Mask, StoredLogits<T>> integral_logits(a1, column_sum, rows_before);
-    OnlineSoftmaxState<T>& map1 = scratch.states[0];
-    OnlineSoftmaxState<T>& map2 = scratch.states[1];
-    OnlineSoftmaxState<T>& integral = scratch.states[2];
-    attend_few_rows_split<T>(std::tie(map1_logits, logits2, integral_logits), mask, 0, q_rows, v, ws, scratch,
-                             threads, {&map1, &map2, &integral});
-    write_differential_rows(map1, map2, lambda, 0, 0, q_rows, out);
-    for (Index r = 0; r < q_rows; ++r) out.row(r) += lambda * integral.normalized_row(r);
+    fold_key_runs<1>(mask, 0, q_rows, threads, ws, scratch, {&integral_statistics},
+                     [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
+                         keep_map_logits<T>(integral_logits, mask, 0, q_rows, kept_integral, mine, *states[0], keys);
+                     });
+    // 3. One pass over V with the three maps' weights combined.
+    const std::array<KeptMap<T>, 3> maps{KeptMap<T>{kept1, statistics1, T(1), {}},
+                                         KeptMap<T>{kept2, statistics2, -lambda, {}},
+                                         KeptMap<T>{kept_integral, integral_statistics, lambda, {}}};
+    multiply_values_once(maps, mask, q_rows, v, threads, ws, scratch, out);
 }
 
 }  // namespace diffattn::detail

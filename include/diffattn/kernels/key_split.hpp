@@ -56,6 +56,16 @@ void attend_few_rows(const std::tuple<Logits&...>& maps, const Mask& mask, Index
     }
 }
 
+/// How many runs a call of few rows cuts its `tiles` visible key tiles into on `threads` threads.
+inline Index key_run_count(Index tiles, int threads) {
+    return threads > 1 ? std::min<Index>(tiles, kKeySegmentsPerThread * threads) : 1;
+}
+
+/// Run `run` of `runs` over `tiles` key tiles: whole tiles, the runs about equal in count.
+inline KeyRange key_run(Index run, Index runs, Index tiles) {
+    return KeyRange{run * tiles / runs * kKeyTile, (run + 1) * tiles / runs * kKeyTile};
+}
+
 /// Folds every key the few query rows [q_begin, q_begin + q_rows) see into the M states `into`,
 /// with the keys split over `threads` threads. fold(keys, scratch, states) must fold the keys
 /// [keys.begin, keys.end) (whole key tiles, or all of them for KeyRange{}) into states[0, M) from
@@ -68,7 +78,7 @@ template <std::size_t M, typename T, typename Mask, typename Fold>
 void fold_key_runs(const Mask& mask, Index q_begin, Index q_rows, int threads, AttentionWorkspace<T>& ws,
                    BlockScratch<T>& scratch, OnlineSoftmaxState<T>* const (&into)[M], Fold&& fold) {
     const Index tiles = (block_visit_end(mask, q_begin, q_begin + q_rows) + kKeyTile - 1) / kKeyTile;
-    const Index runs = threads > 1 ? std::min<Index>(tiles, kKeySegmentsPerThread * threads) : 1;
+    const Index runs = key_run_count(tiles, threads);
     if (runs <= 1) {
         fold(KeyRange{}, scratch, into);
         return;
@@ -78,8 +88,7 @@ void fold_key_runs(const Mask& mask, Index q_begin, Index q_rows, int threads, A
     parallel_for(runs, threads, Schedule::equal_tasks, [&](Index run, int thread) {
         OnlineSoftmaxState<T>* states[M];
         for (std::size_t m = 0; m < M; ++m) states[m] = parts + static_cast<Index>(m) * runs + run;
-        // Runs of whole tiles, about equal in count.
-        fold(KeyRange{run * tiles / runs * kKeyTile, (run + 1) * tiles / runs * kKeyTile}, ws.block(thread), states);
+        fold(key_run(run, runs, tiles), ws.block(thread), states);
     });
     for (std::size_t m = 0; m < M; ++m) into[m]->merge(parts + static_cast<Index>(m) * runs, runs);
 }

@@ -1,6 +1,7 @@
 // Softmax attention (docs/math.md §2.1): O = softmax(s Q K^T + M) V, computed tile by tile.
 #pragma once
 
+#include "diffattn/kernels/diff_few_rows.hpp"
 #include "diffattn/kernels/key_split.hpp"
 
 namespace diffattn {
@@ -49,6 +50,37 @@ void softmax_attention_pair(const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>
                                                     key_threads, {&map1, &map2});
                                      map1.normalize_into(out1.middleRows(q_begin, q_rows));
                                      map2.normalize_into(out2.middleRows(q_begin, q_rows));
+                                 });
+}
+
+/// DIFF V2's head over one kv head (docs/math.md §3.4): out = softmax(s Q1 K1^T + M) V - diag(gate)
+/// softmax(s Q2 K2^T + M) V, gate [N] (sigmoid(l) of each row). A call of fewer than kMinPackedRows
+/// rows multiplies V once, by the two maps' weights combined (diff_few_rows.hpp); larger calls run
+/// softmax_attention_pair into out and `second` [N x dv], then subtract.
+template <typename T, typename S = T>
+void gated_softmax_difference(const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>& k1, const ConstMatrixRef<T>& q2,
+                              const ConstMatrixRef<S>& k2, const ConstMatrixRef<S>& v,
+                              const Eigen::Map<const Vector<T>, 0, Eigen::InnerStride<>>& gate, MatrixRef<T> out,
+                              MatrixRef<T> second, const AttentionOptions& options, AttentionWorkspace<T>* workspace) {
+    constexpr const char* function = "gated_softmax_difference";
+    require<ShapeError>(gate.size() == q1.rows(), function, ": gate has ", gate.size(), " entries but ",
+                        named("Q1", q1), " (one per query row)");
+    if (q1.rows() >= kMinPackedRows) {
+        softmax_attention_pair<T, S>(q1, k1, q2, k2, v, out, second, options, workspace);
+        out.noalias() -= gate.asDiagonal() * second;
+        return;
+    }
+    const ResolvedOptions resolved = check_attention<T, S>(function, "Q1", "K1", "V", q1, k1, v, out, options);
+    check_attention<T, S>(function, "Q2", "K2", "V", q2, k2, v, out, options);
+    require_same_shape(function, named("Q2", q2), named("Q1", q1));
+    require_same_shape(function, named("K2", k2), named("K1", k1));
+    for_each_two_map_group<T, S>(q1, k1, q2, k2, v, resolved, workspace,
+                                 [&](const auto& logits1, const auto& logits2, const auto& mask, Index /*q_begin*/,
+                                     Index q_rows, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch,
+                                     int key_threads) {
+                                     diff_few_rows(logits1, logits2, mask, v, T(1),
+                                                   RowFactors<T>{gate.data(), gate.innerStride()}, q_rows, key_threads,
+                                                   ws, scratch, out);
                                  });
 }
 

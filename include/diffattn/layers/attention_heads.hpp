@@ -44,6 +44,9 @@ struct HeadContext {
     DintHistory<T>* dint_histories; ///< dint with a KV cache: [H] per-head histories; nullptr without
     const AttentionKernels<T>* kernels;  ///< replaces the single-process kernels; nullptr: use them (always
                                          ///< with S != T: a KV cache excludes replacement kernels)
+    Index heads_per_task = 1;       ///< g: a task's heads. 1: task h is head h. g > 1 (a call of one
+                                    ///< row, heads_sharing_kv): task h is heads g h .. g h + g - 1,
+                                    ///< one per row of its kernel call, which reads their keys once
 
     /// The call's replacement kernels, or nullptr (also whenever keys and values are not in T).
     const AttentionKernels<T>* replacement() const {
@@ -56,22 +59,44 @@ struct HeadContext {
 
     Index d() const { return config.head_dim(); }
     Index dv() const { return config.value_dim(); }
-    /// Query map of map m of head h: [N x d].
-    auto query(Index h, Index m) const { return q.middleCols(config.query_map(h, m) * d(), d()); }
-    /// Key map used by map m of head h: [S x d].
-    auto key(Index h, Index m) const { return k.head(config.key_map(h, m), 0, kv_rows); }
-    /// Value head used by map m of head h: [S x dv].
-    auto value(Index h, Index m) const { return v.head(config.value_head(h, m), 0, kv_rows); }
-    /// Output columns of head h: [N x dv].
-    auto output(Index h) const { return heads.middleCols(h * dv(), dv()); }
-    /// diff_v2: where O[2h+1] goes: [N x dv].
-    auto second_output(Index h) const { return second.middleCols(h * dv(), dv()); }
+    /// Map m of task h's queries: [N x d] of head h, or [g x d], head g h + r in row r.
+    auto query(Index h, Index m) const {
+        const Index step = (config.query_map(1, m) - config.query_map(0, m)) * d();  // from a head to the next
+        return task_rows(q, config.query_map(h * heads_per_task, m) * d(), d(), step);
+    }
+    /// Key map used by map m of task h (every head of a task reads the same): [S x d].
+    auto key(Index h, Index m) const { return k.head(config.key_map(h * heads_per_task, m), 0, kv_rows); }
+    /// Value head used by map m of task h: [S x dv].
+    auto value(Index h, Index m) const { return v.head(config.value_head(h * heads_per_task, m), 0, kv_rows); }
+    /// Output columns of task h: [N x dv] of head h, or [g x dv], head g h + r in row r.
+    auto output(Index h) const { return task_rows(heads, h * heads_per_task * dv(), dv(), dv()); }
+    /// diff_v2: where O[2h+1] goes, as output(h).
+    auto second_output(Index h) const { return task_rows(second, h * heads_per_task * dv(), dv(), dv()); }
+    /// diff_v2: sigmoid(l) of task h's rows: [N] of head h, or [g], head g h + r in row r.
+    auto gate(Index h) const {
+        const bool grouped = heads_per_task > 1;
+        return Eigen::Map<const Vector<T>, 0, Eigen::InnerStride<>>(
+            lambda_gate.data() + h * heads_per_task, grouped ? heads_per_task : lambda_gate.rows(),
+            Eigen::InnerStride<>(grouped ? 1 : lambda_gate.outerStride()));
+    }
     DintHistory<T>* dint_history(Index h) const { return dint_histories ? dint_histories + h : nullptr; }
     /// The kernel options of a head whose kernel may use `threads` threads.
     AttentionOptions options_on(int threads) const {
         AttentionOptions o = options;
         o.threads = threads;
         return o;
+    }
+
+private:
+    /// `width` columns of m from `first`: the call's rows, or with g > 1 (one row holding every
+    /// head) g blocks `step` columns apart, stacked as rows.
+    template <typename M>
+    auto task_rows(M& m, Index first, Index width, Index step) const {
+        using Scalar = std::remove_pointer_t<decltype(m.data())>;
+        using Rows = std::conditional_t<std::is_const_v<Scalar>, const RowMatrix<T>, RowMatrix<T>>;
+        const bool grouped = heads_per_task > 1;
+        return Eigen::Map<Rows, 0, Eigen::OuterStride<>>(m.data() + first, grouped ? heads_per_task : m.rows(), width,
+                                                          Eigen::OuterStride<>(grouped ? step : m.outerStride()));
     }
 };
 
@@ -133,16 +158,16 @@ struct DiffV2Heads {
     template <typename T, typename S>
     static void run(const HeadContext<T, S>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
         auto out = c.output(h);           // [N x d]  O[2h], then the head's output
-        auto second = c.second_output(h); // [N x d]  O[2h+1]
+        auto second = c.second_output(h); // [N x d]  O[2h+1] (scratch of calls of many rows)
         if (c.replacement() == nullptr && c.config.value_head(h, 0) == c.config.value_head(h, 1)) {
             // Both query heads read one kv head: one pass over its values for the two maps.
-            detail::softmax_attention_pair<T, S>(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1),
-                                                 c.value(h, 0), out, second, c.options_on(threads), &ws);
+            detail::gated_softmax_difference<T, S>(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1),
+                                                   c.value(h, 0), c.gate(h), out, second, c.options_on(threads), &ws);
         } else {
             run_softmax(c, 0, out, h, ws, threads);
             run_softmax(c, 1, second, h, ws, threads);
+            out.noalias() -= c.gate(h).asDiagonal() * second;
         }
-        out.noalias() -= c.lambda_gate.col(h).asDiagonal() * second;
     }
 };
 

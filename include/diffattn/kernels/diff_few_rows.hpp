@@ -1,0 +1,146 @@
+// DIFF (and DIFF V2's gated pair) for a call of few query rows (a decode step: one token or a
+// small chunk), multiplying V once instead of once per map.
+//
+// The grouped path keeps one online-softmax state per map and multiplies V by each map's
+// probabilities: two multiply-adds per value column, key and row. Once both maps' final row max
+// and sum are known, the two maps fold into one weight per key, A1[r, j] - lambda A2[r, j]
+// (docs/math.md §2.2, the operator as written), and V is multiplied once. A call of fewer than
+// kMinPackedRows rows gets there in two passes that still read K1, K2 and V once each:
+//   1. s Q1 K1^T and s Q2 K2^T over K1 and K2, kept in the workspace (one scalar per row, key and
+//      map: 1/d of a key map's bytes) and folded into each map's row max and sum;
+//   2. one pass over V: each tile's weights from the kept logits and pass 1's statistics, times V.
+// Both passes split their keys over the threads (key_split.hpp); the second pass's runs simply add
+// up, their weights being final. Only the order of the sums changes, so results agree with the
+// grouped path within docs/math.md §7.
+#pragma once
+
+#include "diffattn/kernels/key_split.hpp"
+
+#include <array>
+
+namespace diffattn::detail {
+
+/// Pass 1 over the keys [keys.begin, keys.end) the rows [q_begin, q_begin + q_rows) see: their
+/// logits of one map into the same columns of `kept` [q_rows x S], folded into `statistics` (value
+/// width 0: only the row max and sum).
+template <typename T, typename Logits, typename Mask>
+void keep_map_logits(Logits& logits, const Mask& mask, Index q_begin, Index q_rows,
+                     Eigen::Map<RowMatrix<T>>& kept, BlockScratch<T>& scratch, OnlineSoftmaxState<T>& statistics,
+                     KeyRange keys) {
+    statistics.reset(q_rows, 0);
+    const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
+    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kKeyTile) {
+        const Index k_count = std::min(kKeyTile, visit_end - k_begin);
+        auto tile = scratch.logits.topLeftCorner(q_rows, k_count);  // padded rows, as fold() needs
+        logits(q_begin, q_begin, k_begin, tile, nullptr, scratch.key_tile);
+        kept.middleCols(k_begin, k_count) = tile;
+        const bool masked = k_begin + k_count > block_unmasked_end(mask, q_begin);
+        statistics.fold(0, tile, masked,
+                        [&](Index r) { return visible_keys_in_tile(mask, q_begin + r, k_begin, k_count); });
+    }
+}
+
+/// A factor per query row, data[r * stride] (DIFF V2's gates), or 1 for every row (data null).
+template <typename T>
+struct RowFactors {
+    const T* data = nullptr;
+    Index stride = 1;
+    T operator[](Index r) const { return data != nullptr ? data[r * stride] : T(1); }
+};
+
+/// One map's share of the combined weights: coefficient[r] exp(kept[r, j] - row max) for the keys
+/// a row sees, coefficient[r] = factor row_factors[r] / row sum (docs/math.md §2.2, 3.4). A row
+/// whose map saw no key (sum 0) adds nothing.
+template <typename T>
+struct KeptMap {
+    const Eigen::Map<RowMatrix<T>>& logits;  ///< [rows x S]
+    const OnlineSoftmaxState<T>& statistics;  ///< its final row max and sum
+    T factor;                                 ///< 1 for map 1; map 2: -lambda (DIFF), -1 (DIFF V2)
+    RowFactors<T> row_factors;                ///< map 2 of DIFF V2: sigmoid(l) of each row
+};
+
+/// Pass 2 over the keys [keys.begin, keys.end) that the rows [0, q_rows) see: acc [q_rows x dv]
+/// += (sum over maps of their weights) V.
+template <typename T, typename S, typename Mask, std::size_t M, typename Acc>
+void weigh_values(const std::array<KeptMap<T>, M>& maps, const Mask& mask, Index q_rows, const ConstMatrixRef<S>& v,
+                  BlockScratch<T>& scratch, KeyRange keys, Acc&& acc) {
+    const Index visit_end = std::min(keys.end, block_visit_end(mask, 0, q_rows));
+    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kKeyTile) {
+        const Index k_count = std::min(kKeyTile, visit_end - k_begin);
+        const auto values = few_rows_operand<T>(v, k_begin, k_count, scratch.value_tile);
+        auto weights = scratch.logits.topLeftCorner(q_rows, k_count);
+        Index min_visible = k_count;
+        for (Index r = 0; r < q_rows; ++r) {
+            const Index n = visible_keys_in_tile(mask, r, k_begin, k_count);
+            min_visible = std::min(min_visible, n);
+            auto row = weights.row(r);
+            row.setZero();
+            for (const KeptMap<T>& map : maps) {
+                const T sum = map.statistics.row_sum(r);
+                if (n == 0 || sum == T(0)) continue;
+                row.head(n).array() += (map.factor * map.row_factors[r] / sum) *
+                                       (map.logits.row(r).segment(k_begin, n).array() - map.statistics.row_max(r)).exp();
+            }
+        }
+        // Hidden keys weigh exact zeros, which is exact unless a hidden value row holds Inf/NaN
+        // (0 * NaN = NaN): then each row multiplies only its visible prefix (as fold_tile).
+        if (min_visible == k_count || all_finite(values)) {
+            few_rows_accumulate(acc, weights, values);
+        } else {
+            for (Index r = 0; r < q_rows; ++r) {
+                const Index n = visible_keys_in_tile(mask, r, k_begin, k_count);
+                if (n > 0) few_rows_accumulate(acc.middleRows(r, 1), weights.block(r, 0, 1, n), values.topRows(n));
+            }
+        }
+    }
+}
+
+/// Pass 2 of a call of q_rows < kMinPackedRows rows, all of them: out = (sum over maps of their
+/// weights) V, the keys split over `threads` threads; each run adds its share into its own
+/// accumulator (the workspace's key_split_parts), and the runs add up in order.
+template <typename T, typename S, typename Mask, std::size_t M>
+void multiply_values_once(const std::array<KeptMap<T>, M>& maps, const Mask& mask, Index q_rows,
+                          const ConstMatrixRef<S>& v, int threads, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch,
+                          MatrixRef<T>& out) {
+    assert(q_rows < kMinPackedRows && q_rows == out.rows());
+    const Index tiles = (block_visit_end(mask, 0, q_rows) + kKeyTile - 1) / kKeyTile;
+    const Index runs = key_run_count(tiles, threads);
+    if (runs <= 1) {
+        out.setZero();
+        weigh_values(maps, mask, q_rows, v, scratch, KeyRange{}, out);
+        return;
+    }
+    OnlineSoftmaxState<T>* parts = ws.key_split_parts().data();  // only their accumulators
+    parallel_for(runs, threads, Schedule::equal_tasks, [&](Index run, int thread) {
+        parts[run].reset(q_rows, v.cols());
+        weigh_values(maps, mask, q_rows, v, ws.block(thread), key_run(run, runs, tiles),
+                     parts[run].accumulator_rows(0, q_rows));
+    });
+    out = parts[0].accumulator_rows(0, q_rows);
+    for (Index run = 1; run < runs; ++run) out += parts[run].accumulator_rows(0, q_rows);
+}
+
+/// out = (A1 - diag(factor2) A2) V for a call of q_rows < kMinPackedRows query rows, all of them
+/// (the file comment's two passes), on `threads` threads: factor2[r] = lambda for DIFF, row r's gate
+/// for DIFF V2 (lambda 1, `gates`; docs/math.md §3.4); the workspace reserved for q_rows x S (its
+/// stored_logits) and for the key split.
+template <typename T, typename S, typename Mask>
+void diff_few_rows(const DotProductLogits<T, S>& logits1, const DotProductLogits<T, S>& logits2, const Mask& mask,
+                   const ConstMatrixRef<S>& v, T lambda, RowFactors<T> gates, Index q_rows, int threads,
+                   AttentionWorkspace<T>& ws, BlockScratch<T>& scratch, MatrixRef<T>& out) {
+    assert(q_rows < kMinPackedRows && q_rows == out.rows());
+    Eigen::Map<RowMatrix<T>> kept1 = ws.stored_logits(q_rows, v.rows(), 0);
+    Eigen::Map<RowMatrix<T>> kept2 = ws.stored_logits(q_rows, v.rows(), 1);
+    OnlineSoftmaxState<T>& statistics1 = scratch.states[0];
+    OnlineSoftmaxState<T>& statistics2 = scratch.states[1];
+    fold_key_runs<2>(mask, 0, q_rows, threads, ws, scratch, {&statistics1, &statistics2},
+                     [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
+                         keep_map_logits<T>(logits1, mask, 0, q_rows, kept1, mine, *states[0], keys);
+                         keep_map_logits<T>(logits2, mask, 0, q_rows, kept2, mine, *states[1], keys);
+                     });
+    const std::array<KeptMap<T>, 2> maps{KeptMap<T>{kept1, statistics1, T(1), {}},
+                                         KeptMap<T>{kept2, statistics2, -lambda, gates}};
+    multiply_values_once(maps, mask, q_rows, v, threads, ws, scratch, out);
+}
+
+}  // namespace diffattn::detail
