@@ -296,6 +296,27 @@ TEST_CASE("GQA pairing conventions differ for rep > 1 and coincide for rep = 1",
     }
 }
 
+TEST_CASE("a one-row call groups the heads that read the same keys and values", "[layers][attention]") {
+    // The groups follow from docs/math.md §3's key maps: softmax and diff per_head share among the
+    // rep = H / Hkv heads of a key/value head; per_subhead gives maps 2h and 2h+1 key sub-head
+    // (2h + m) / rep, so only rep / 2 heads share both; diff_v2's query heads 2h, 2h+1 read kv head
+    // (2h + m) / (2H / Hkv), shared by H / Hkv heads. Shared DIFF has no shared keys; DINT's
+    // integral is per head. (N = 1 runs through these groups in the transcription test above.)
+    CHECK(detail::heads_sharing_kv(make(AttentionKind::softmax, 64, 8, 2)) == 4);
+    CHECK(detail::heads_sharing_kv(make(AttentionKind::softmax, 64, 8, 8)) == 1);
+    CHECK(detail::heads_sharing_kv(make(AttentionKind::diff, 64, 8, 2)) == 4);
+    AttentionConfig per_subhead = make(AttentionKind::diff, 64, 8, 2);
+    per_subhead.gqa_pairing = DiffGqaPairing::per_subhead;
+    CHECK(detail::heads_sharing_kv(per_subhead) == 2);
+    per_subhead.n_kv_heads = 4;  // rep 2: both maps of head h read key sub-head h
+    CHECK(detail::heads_sharing_kv(per_subhead) == 1);
+    AttentionConfig v2 = make(AttentionKind::diff_v2, 64, 8, 2);
+    v2.given_head_dim = 8;
+    CHECK(detail::heads_sharing_kv(v2) == 4);
+    CHECK(detail::heads_sharing_kv(make(AttentionKind::shared_diff, 64, 8, 8)) == 1);
+    CHECK(detail::heads_sharing_kv(make(AttentionKind::dint, 64, 8, 2)) == 1);
+}
+
 TEST_CASE("parameter counts: the official MultiheadDiffAttn figures", "[layers][attention][parameters]") {
     // MultiheadDiffAttn(embed_dim=1024, depth=0, num_heads=8): q, k, v, out 1024^2 each, 4 lambda
     // vectors of head_dim 64, subln of 128.

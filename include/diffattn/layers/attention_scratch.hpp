@@ -83,8 +83,12 @@ struct AttentionScratch {
     void reserve_keys(Index seq_len_kv) {
         const int threads = static_cast<int>(workspaces.size());
         int first_threads = 1;
+        const Index group = detail::heads_sharing_kv(config_);  // a one-row step's heads per kernel call
         for (int t = 2; t <= threads; ++t) {
-            if (detail::split_heads_over_keys(config_.n_heads, 1, t)) first_threads = threads;
+            if (detail::split_heads_over_keys(config_.n_heads, 1, t) ||
+                detail::split_heads_over_keys(config_.n_heads / group, group, t)) {
+                first_threads = threads;
+            }
         }
         for (AttentionWorkspace<T>& ws : workspaces) {
             ws.reserve(max_len(), seq_len_kv, config_.head_dim(), config_.value_dim(),

@@ -11,6 +11,7 @@
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/tiling.hpp"
+#include "diffattn/layers/attention_config.hpp"
 
 #include <vector>
 
@@ -21,6 +22,29 @@ namespace diffattn::detail {
 /// of fewer than kMinPackedRows rows whose heads do not share evenly over the threads.
 inline bool split_heads_over_keys(Index n_heads, Index seq_len_q, int threads) {
     return threads > 1 && seq_len_q < kMinPackedRows && n_heads % threads != 0;
+}
+
+/// g: how many heads in a row read the same key maps and value heads (grouped-query attention),
+/// so that a call of one query row can run them as the g rows of one kernel call, which reads
+/// their keys and values once instead of g times; 1 when no two heads share, and for dint, whose
+/// integral is a sum over a head's own rows and history (docs/math.md §2.3).
+inline Index heads_sharing_kv(const AttentionConfig& config) {
+    const Index n_heads = config.n_heads;
+    if (config.kind == AttentionKind::dint) return 1;
+    const auto same_reads = [&](Index h, Index first) {
+        for (Index m = 0; m < (config.differential() ? 2 : 1); ++m) {
+            if (config.key_map(h, m) != config.key_map(first, m) || config.value_head(h, m) != config.value_head(first, m)) {
+                return false;
+            }
+        }
+        return true;
+    };
+    for (Index g = n_heads; g > 1; --g) {
+        bool shared = n_heads % g == 0;
+        for (Index h = 0; shared && h < n_heads; ++h) shared = same_reads(h, h / g * g);
+        if (shared) return g;
+    }
+    return 1;
 }
 
 /// Calls task(h, workspace, kernel_threads) for h in [0, n_heads) on up to context.threads threads

@@ -35,6 +35,7 @@
 #include "diffattn/layers/shared_diff.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <type_traits>
 #include <string>
 
@@ -61,6 +62,7 @@ public:
     /// A module with all-zero projections (norm weights one) for this geometry; validates it.
     explicit MultiHeadAttention(const AttentionConfig& config) : config_(config) {
         config_.validate();
+        kv_group_ = detail::heads_sharing_kv(config_);
         const Index D = config_.d_model, d = config_.head_dim();
         AttentionWeights<T>& w = weights_;
         if (config_.kind == AttentionKind::shared_diff) {
@@ -265,13 +267,17 @@ private:
 
     /// What a head of sequence s (its rows from `first`) sees: its queries, the S = length + rows
     /// keys and values of its cache, its output rows.
+    /// heads_per_task: HeadContext::heads_per_task (g > 1 only for a sequence of one row).
     template <typename S>
-    HeadContext<T, S> head_context(const SequenceRows<T, S>& sequence, AttentionScratch<T>& scratch) const {
+    HeadContext<T, S> head_context(const SequenceRows<T, S>& sequence, AttentionScratch<T>& scratch,
+                                   Index heads_per_task) const {
         const Index first = sequence.first, rows = sequence.rows, seq_len_kv = sequence.cache.length + rows;
         const bool v2 = config_.kind == AttentionKind::diff_v2;
         auto heads = scratch.heads.middleRows(first, rows);
         AttentionOptions options;
-        options.mask = config_.mask();
+        // One query row sees every key (causal offset S - 1), so a task's g rows, one per head,
+        // take no mask.
+        options.mask = heads_per_task > 1 ? MaskKind::none : config_.mask();
         return HeadContext<T, S>{config_,
                               scratch.q.middleRows(first, rows),
                               sequence.cache.keys.as_const(),
@@ -284,7 +290,8 @@ private:
                               static_cast<T>(lambda()),
                               options,
                               sequence.cache.dint_histories,
-                              scratch.kernels};
+                              scratch.kernels,
+                              heads_per_task};
     }
 
     /// Every head of every sequence, one task each (docs/math.md §3): the policy of the module's
@@ -311,10 +318,11 @@ private:
         // About 2 N S (q_width + maps x value_dim) flops per sequence: Q K^T of every query map, and
         // P V of every map (a differential head's two maps each multiply V).
         double flops = 0;
-        Index most_rows = 0;
+        Index most_rows = 0, fewest_keys = std::numeric_limits<Index>::max();
         for (Index s = 0; s < count; ++s) {
             const auto rows_of_s = sequence(s);
             const Index rows = rows_of_s.rows;
+            fewest_keys = std::min(fewest_keys, rows_of_s.cache.length + rows);
             flops += 2.0 * static_cast<double>(rows) * static_cast<double>(rows_of_s.cache.length + rows) *
                      static_cast<double>(config_.q_width() + config_.n_query_maps() * config_.value_dim());
             most_rows = std::max(most_rows, rows);
@@ -322,13 +330,19 @@ private:
         // Replacement kernels may communicate: their calls come in the same order on every rank.
         ExecutionContext heads_context = context;
         if (scratch.kernels != nullptr) heads_context.threads = 1;
-        detail::for_each_head(count * n_heads, most_rows, flops, heads_context, scratch.workspaces,
+        // A step of one row per sequence runs the heads that share keys and values (GQA) as the
+        // rows of one kernel call: the group reads them once. (The kernels take no more query
+        // rows than keys.)
+        const bool grouped = most_rows == 1 && fewest_keys >= kv_group_ && scratch.kernels == nullptr;
+        const Index group = grouped ? kv_group_ : 1;
+        const Index tasks = n_heads / group;  // per sequence
+        detail::for_each_head(count * tasks, most_rows * group, flops, heads_context, scratch.workspaces,
                               [&](Index task, AttentionWorkspace<T>& workspace, int kernel_threads) {
-                                  const Index h = task % n_heads;
-                                  const auto call = head_context(sequence(task / n_heads), scratch);
+                                  const Index h = task % tasks;
+                                  const auto call = head_context(sequence(task / tasks), scratch, group);
                                   Policy::run(call, h, workspace, kernel_threads);
                                   if (subln) {
-                                      auto head = call.output(h);  // [rows x 2d]
+                                      auto head = call.output(h);  // [rows x 2d], a row per head
                                       weights_.subln.apply(head, head, output_scale);
                                   }
                               });
@@ -402,6 +416,7 @@ private:
     }
 
     AttentionConfig config_;
+    Index kv_group_ = 1;  // detail::heads_sharing_kv: heads a one-row step runs as one call
     AttentionWeights<T> weights_;
     bool merged_ = false;  // shared_diff: q_proj / k_proj hold the merged factors
 };
