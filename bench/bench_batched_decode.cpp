@@ -17,8 +17,10 @@
 //                               past every cache, so it streams from memory).
 // Counters: tokens/s (B per step); step_bytes, what a step must read at least (every weight but
 // the token embedding, of which B rows, and each sequence's cached keys and values); roofline_tokens/s
-// = B * bandwidth / step_bytes; roofline_share = tokens/s / roofline_tokens/s. linear: bytes the
-// weight holds, and the share of the stream bandwidth its read reaches.
+// = B * bandwidth / step_bytes; roofline_share = tokens/s / roofline_tokens/s; step_GFLOP, its
+// arithmetic; compute_floor_tokens/s = B * (Eigen SGEMM's rate on as many flops, same threads) /
+// step flops; bound_share = tokens/s over the lower of the two floors. linear: bytes the weight
+// holds, the share of the stream bandwidth its read reaches, and its flop rate over SGEMM's (vs_gemm).
 //
 // Run: bench_batched_decode --benchmark_counters_tabular=true   (--quick: batches 1 and 8 only)
 #include "bench_common.hpp"
@@ -82,6 +84,18 @@ double step_bytes(const DecoderModel<float>& model, Index batch, Index context) 
     return (weights + cache) * sizeof(float);
 }
 
+/// Flops of a step of `batch` sequences at `context` cached tokens: 2 per weight of every product
+/// (all but the embedding) per sequence, and the heads' 2 S (q_width + maps x value_dim) per layer.
+double step_flops(const DecoderModel<float>& model, Index batch, Index context) {
+    const ModelConfig& c = model.config();
+    const AttentionConfig a = c.attention_config();
+    const double products = static_cast<double>(model.parameter_count() -
+                                                (c.tie_word_embeddings ? 0 : c.vocab_size * c.hidden_size));
+    const double heads = static_cast<double>(c.num_hidden_layers) * static_cast<double>(context + 1) *
+                         static_cast<double>(a.q_width() + a.n_query_maps() * a.value_dim());
+    return 2.0 * static_cast<double>(batch) * (products + heads);
+}
+
 void BM_batched_decode(benchmark::State& state, Index batch, Index context, int threads) {
     const DecoderModel<float>& model = bench_model();
     std::vector<KvCache<float>> caches(static_cast<std::size_t>(batch), prefilled(context));
@@ -110,6 +124,14 @@ void BM_batched_decode(benchmark::State& state, Index batch, Index context, int 
     state.counters["step_bytes"] = bytes;
     state.counters["roofline_tokens/s"] = roofline;
     state.counters["roofline_share"] = tokens_per_second / roofline;
+    // The arithmetic floor: the step's flops at the rate of Eigen's SGEMM of equal flops (this
+    // binary, same threads). A batch of 8 does 16 flops per weight it reads, which may take longer
+    // than reading it.
+    const double flops = step_flops(model, batch, context + kSteps / 2);
+    const double compute_floor = static_cast<double>(batch) * bench::gemm_rate_equal_flops(flops, threads).mean * 1e9 / flops;
+    state.counters["step_GFLOP"] = flops / 1e9;
+    state.counters["compute_floor_tokens/s"] = compute_floor;
+    state.counters["bound_share"] = tokens_per_second / std::min(roofline, compute_floor);
 }
 
 void BM_linear(benchmark::State& state, Index rows, int threads) {
@@ -129,6 +151,8 @@ void BM_linear(benchmark::State& state, Index rows, int threads) {
     state.counters["weight_bytes"] = bytes;
     state.counters["GB/s"] = bytes / seconds / 1e9;
     state.counters["bandwidth_share"] = bytes / seconds / bench::stream_bandwidth(threads);
+    const double flops = 2.0 * static_cast<double>(rows) * static_cast<double>(weight.size());
+    state.counters["vs_gemm"] = flops / seconds / 1e9 / bench::gemm_rate_equal_flops(flops, threads).mean;
 }
 
 void register_all(const bench::BenchArgs& args) {
