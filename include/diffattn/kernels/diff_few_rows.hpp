@@ -120,6 +120,21 @@ void multiply_values_once(const std::array<KeptMap<T>, M>& maps, const Mask& mas
     for (Index run = 1; run < runs; ++run) out += parts[run].accumulator_rows(0, q_rows);
 }
 
+/// Pass 1 of a call of q_rows < kMinPackedRows rows, all of them, over the keys of S = seq_len_kv:
+/// s Q1 K1^T and s Q2 K2^T kept in the workspace (stored_logits maps 0 and 1), their row max and
+/// sum in scratch.states[0] and [1], the keys split over `threads` threads.
+template <typename T, typename S, typename Mask>
+void keep_two_maps(const DotProductLogits<T, S>& logits1, const DotProductLogits<T, S>& logits2, const Mask& mask,
+                   Index q_rows, Index seq_len_kv, int threads, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch) {
+    Eigen::Map<RowMatrix<T>> kept1 = ws.stored_logits(q_rows, seq_len_kv, 0);
+    Eigen::Map<RowMatrix<T>> kept2 = ws.stored_logits(q_rows, seq_len_kv, 1);
+    fold_key_runs<2>(mask, 0, q_rows, threads, ws, scratch, {&scratch.states[0], &scratch.states[1]},
+                     [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
+                         keep_map_logits<T>(logits1, mask, 0, q_rows, kept1, mine, *states[0], keys);
+                         keep_map_logits<T>(logits2, mask, 0, q_rows, kept2, mine, *states[1], keys);
+                     });
+}
+
 /// out = (A1 - diag(factor2) A2) V for a call of q_rows < kMinPackedRows query rows, all of them
 /// (the file comment's two passes), on `threads` threads: factor2[r] = lambda for DIFF, row r's gate
 /// for DIFF V2 (lambda 1, `gates`; docs/math.md §3.4); the workspace reserved for q_rows x S (its
@@ -129,17 +144,11 @@ void diff_few_rows(const DotProductLogits<T, S>& logits1, const DotProductLogits
                    const ConstMatrixRef<S>& v, T lambda, RowFactors<T> gates, Index q_rows, int threads,
                    AttentionWorkspace<T>& ws, BlockScratch<T>& scratch, MatrixRef<T>& out) {
     assert(q_rows < kMinPackedRows && q_rows == out.rows());
-    Eigen::Map<RowMatrix<T>> kept1 = ws.stored_logits(q_rows, v.rows(), 0);
-    Eigen::Map<RowMatrix<T>> kept2 = ws.stored_logits(q_rows, v.rows(), 1);
-    OnlineSoftmaxState<T>& statistics1 = scratch.states[0];
-    OnlineSoftmaxState<T>& statistics2 = scratch.states[1];
-    fold_key_runs<2>(mask, 0, q_rows, threads, ws, scratch, {&statistics1, &statistics2},
-                     [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
-                         keep_map_logits<T>(logits1, mask, 0, q_rows, kept1, mine, *states[0], keys);
-                         keep_map_logits<T>(logits2, mask, 0, q_rows, kept2, mine, *states[1], keys);
-                     });
-    const std::array<KeptMap<T>, 2> maps{KeptMap<T>{kept1, statistics1, T(1), {}},
-                                         KeptMap<T>{kept2, statistics2, -lambda, gates}};
+    keep_two_maps(logits1, logits2, mask, q_rows, v.rows(), threads, ws, scratch);
+    const Eigen::Map<RowMatrix<T>> kept1 = ws.stored_logits(q_rows, v.rows(), 0);
+    const Eigen::Map<RowMatrix<T>> kept2 = ws.stored_logits(q_rows, v.rows(), 1);
+    const std::array<KeptMap<T>, 2> maps{KeptMap<T>{kept1, scratch.states[0], T(1), {}},
+                                         KeptMap<T>{kept2, scratch.states[1], -lambda, gates}};
     multiply_values_once(maps, mask, q_rows, v, threads, ws, scratch, out);
 }
 

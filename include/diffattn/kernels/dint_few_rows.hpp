@@ -46,20 +46,15 @@ void dint_softmax_few_rows(const DotProductLogits<T, S>& logits1, const DotProdu
                            const Mask& mask, const ConstMatrixRef<S>& v, T lambda, VectorRef<T> column_sum,
                            Index rows_before, Index q_rows, int threads, AttentionWorkspace<T>& ws, MatrixRef<T>& out) {
     assert(q_rows < kMinPackedRows && q_rows == out.rows());
-    Eigen::Map<RowMatrix<T>> kept1 = ws.stored_logits(q_rows, v.rows(), 0);
-    Eigen::Map<RowMatrix<T>> kept2 = ws.stored_logits(q_rows, v.rows(), 1);
-    Eigen::Map<RowMatrix<T>> kept_integral = ws.stored_logits(q_rows, v.rows(), 2);
     BlockScratch<T>& scratch = ws.block(0);
-    OnlineSoftmaxState<T>& statistics1 = scratch.states[0];
-    OnlineSoftmaxState<T>& statistics2 = scratch.states[1];
-    OnlineSoftmaxState<T>& integral_statistics = scratch.states[2];
-
     // 1. Both maps' logits, over K1 and K2.
-    fold_key_runs<2>(mask, 0, q_rows, threads, ws, scratch, {&statistics1, &statistics2},
-                     [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
-                         keep_map_logits<T>(logits1, mask, 0, q_rows, kept1, mine, *states[0], keys);
-                         keep_map_logits<T>(logits2, mask, 0, q_rows, kept2, mine, *states[1], keys);
-                     });
+    keep_two_maps(logits1, logits2, mask, q_rows, v.rows(), threads, ws, scratch);
+    const Eigen::Map<RowMatrix<T>> kept1 = ws.stored_logits(q_rows, v.rows(), 0);
+    const Eigen::Map<RowMatrix<T>> kept2 = ws.stored_logits(q_rows, v.rows(), 1);
+    Eigen::Map<RowMatrix<T>> kept_integral = ws.stored_logits(q_rows, v.rows(), 2);
+    const OnlineSoftmaxState<T>& statistics1 = scratch.states[0];
+    const OnlineSoftmaxState<T>& statistics2 = scratch.states[1];
+    OnlineSoftmaxState<T>& integral_statistics = scratch.states[2];
     // 2. The integral map's logits G, from A1 rebuilt from map 1's kept logits and final statistics
     //    (each run adds its own keys' column sums).
     const StoredLogits<T> map1_logits(kept1, 0);
