@@ -61,12 +61,12 @@ void few_rows_dot_block(const X& x, const W& w, Out& out, Index j) {
 }
 
 /// Weight rows [j_begin, j_end) against N (<= 4) x rows: R rows at a time, R as many as the
-/// registers hold (R N accumulators, R weight packets and one x packet; 8 rows for one x row, so
-/// that as many weight rows stream from memory at once as in Eigen's matrix-vector product), then
-/// the odd rows.
+/// registers hold (R N accumulators, R weight packets and one x packet; 8 rows for one or two x
+/// rows, so that as many weight rows stream from memory at once as in Eigen's matrix-vector
+/// product; docs/benchmarks.md, "Decode-time projections"), then the odd rows.
 template <int N, typename T, typename X, typename W, typename Out>
 void few_rows_dot_rows(const X& x, const W& w, Out& out, Index j_begin, Index j_end) {
-    constexpr int R = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 ? (N == 1 ? 8 : 4) : 2;
+    constexpr int R = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 ? (N <= 2 ? 8 : 4) : 2;
     Index j = j_begin;
     for (; j + R <= j_end; j += R) few_rows_dot_block<R, N, T>(x, w, out, j);
     for (; j < j_end; ++j) few_rows_dot_block<1, N, T>(x, w, out, j);
