@@ -90,6 +90,19 @@ struct KeyRange {
     Index end = std::numeric_limits<Index>::max();
 };
 
+/// acc += P V, each row r of P multiplying only the value rows it sees (its visible prefix of the
+/// tile from k_begin, query row first_row + r): for a tile some of whose hidden value rows hold
+/// Inf/NaN, where one product over the whole tile would leak 0 * NaN = NaN into a row that must not
+/// depend on them.
+template <typename Mask, typename Acc, typename Probabilities, typename Values>
+void accumulate_visible_prefixes(const Mask& mask, Index first_row, Index k_begin, Acc&& acc, const Probabilities& p,
+                                 const Values& values) {
+    for (Index r = 0; r < p.rows(); ++r) {
+        const Index n = visible_keys_in_tile(mask, first_row + r, k_begin, p.cols());
+        if (n > 0) few_rows_accumulate(acc.middleRows(r, 1), p.block(r, 0, 1, n), values.topRows(n));
+    }
+}
+
 /// One block's step on one key tile: the logits of rows [b_offset, b_offset + b_rows) of the group
 /// starting at q_begin against the b_keys keys of the tile from k_begin that the block sees, folded
 /// into those rows of `state`, then acc += P V.
@@ -124,10 +137,7 @@ void fold_tile(Logits& logits, const Mask& mask, Index q_begin, Index b_offset, 
             few_rows_accumulate(acc, probabilities, block_values);
         }
     } else {
-        for (Index r = 0; r < b_rows; ++r) {
-            const Index n = visible_keys_in_tile(mask, b_begin + r, k_begin, b_keys);
-            if (n > 0) few_rows_accumulate(acc.middleRows(r, 1), probabilities.block(r, 0, 1, n), block_values.topRows(n));
-        }
+        accumulate_visible_prefixes(mask, b_begin, k_begin, acc, probabilities, block_values);
     }
 }
 

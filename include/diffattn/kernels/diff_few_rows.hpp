@@ -82,15 +82,11 @@ void weigh_values(const std::array<KeptMap<T>, M>& maps, const Mask& mask, Index
                                        (map.logits.row(r).segment(k_begin, n).array() - map.statistics.row_max(r)).exp();
             }
         }
-        // Hidden keys weigh exact zeros, which is exact unless a hidden value row holds Inf/NaN
-        // (0 * NaN = NaN): then each row multiplies only its visible prefix (as fold_tile).
+        // Hidden keys weigh exact zeros, which is exact unless a hidden value row holds Inf/NaN.
         if (min_visible == k_count || all_finite(values)) {
             few_rows_accumulate(acc, weights, values);
         } else {
-            for (Index r = 0; r < q_rows; ++r) {
-                const Index n = visible_keys_in_tile(mask, r, k_begin, k_count);
-                if (n > 0) few_rows_accumulate(acc.middleRows(r, 1), weights.block(r, 0, 1, n), values.topRows(n));
-            }
+            accumulate_visible_prefixes(mask, 0, k_begin, acc, weights, values);
         }
     }
 }
@@ -103,21 +99,19 @@ void multiply_values_once(const std::array<KeptMap<T>, M>& maps, const Mask& mas
                           const ConstMatrixRef<S>& v, int threads, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch,
                           MatrixRef<T>& out) {
     assert(q_rows < kMinPackedRows && q_rows == out.rows());
-    const Index tiles = (block_visit_end(mask, 0, q_rows) + kKeyTile - 1) / kKeyTile;
-    const Index runs = key_run_count(tiles, threads);
-    if (runs <= 1) {
+    const KeyRuns runs = key_runs(mask, 0, q_rows, threads);
+    if (runs.count <= 1) {
         out.setZero();
         weigh_values(maps, mask, q_rows, v, scratch, KeyRange{}, out);
         return;
     }
     OnlineSoftmaxState<T>* parts = ws.key_split_parts().data();  // only their accumulators
-    parallel_for(runs, threads, Schedule::equal_tasks, [&](Index run, int thread) {
+    for_each_key_run(runs, threads, ws, [&](Index run, KeyRange keys, BlockScratch<T>& mine) {
         parts[run].reset(q_rows, v.cols());
-        weigh_values(maps, mask, q_rows, v, ws.block(thread), key_run(run, runs, tiles),
-                     parts[run].accumulator_rows(0, q_rows));
+        weigh_values(maps, mask, q_rows, v, mine, keys, parts[run].accumulator_rows(0, q_rows));
     });
     out = parts[0].accumulator_rows(0, q_rows);
-    for (Index run = 1; run < runs; ++run) out += parts[run].accumulator_rows(0, q_rows);
+    for (Index run = 1; run < runs.count; ++run) out += parts[run].accumulator_rows(0, q_rows);
 }
 
 /// Pass 1 of a call of q_rows < kMinPackedRows rows, all of them, over the keys of S = seq_len_kv:

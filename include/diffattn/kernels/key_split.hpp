@@ -56,14 +56,29 @@ void attend_few_rows(const std::tuple<Logits&...>& maps, const Mask& mask, Index
     }
 }
 
-/// How many runs a call of few rows cuts its `tiles` visible key tiles into on `threads` threads.
-inline Index key_run_count(Index tiles, int threads) {
-    return threads > 1 ? std::min<Index>(tiles, kKeySegmentsPerThread * threads) : 1;
+/// The runs a call of few rows cuts the key tiles it sees into: up to kKeySegmentsPerThread *
+/// threads runs of whole tiles, about equal in count (the rows see about the same keys), or one
+/// (no split) with one thread or a single tile.
+struct KeyRuns {
+    Index tiles = 0;
+    Index count = 1;
+    /// The keys of run r.
+    KeyRange operator[](Index r) const { return KeyRange{r * tiles / count * kKeyTile, (r + 1) * tiles / count * kKeyTile}; }
+};
+
+/// The runs of the few query rows [q_begin, q_begin + q_rows) on `threads` threads.
+template <typename Mask>
+KeyRuns key_runs(const Mask& mask, Index q_begin, Index q_rows, int threads) {
+    const Index tiles = (block_visit_end(mask, q_begin, q_begin + q_rows) + kKeyTile - 1) / kKeyTile;
+    return KeyRuns{tiles, threads > 1 ? std::min<Index>(tiles, kKeySegmentsPerThread * threads) : 1};
 }
 
-/// Run `run` of `runs` over `tiles` key tiles: whole tiles, the runs about equal in count.
-inline KeyRange key_run(Index run, Index runs, Index tiles) {
-    return KeyRange{run * tiles / runs * kKeyTile, (run + 1) * tiles / runs * kKeyTile};
+/// Calls run(r, keys, scratch) for each run r of `runs`, as one task each on up to `threads`
+/// threads, handed out one at a time, with the scratch of the thread running it.
+template <typename T, typename Run>
+void for_each_key_run(const KeyRuns& runs, int threads, AttentionWorkspace<T>& ws, Run&& run) {
+    parallel_for(runs.count, threads, Schedule::equal_tasks,
+                 [&](Index r, int thread) { run(r, runs[r], ws.block(thread)); });
 }
 
 /// Folds every key the few query rows [q_begin, q_begin + q_rows) see into the M states `into`,
@@ -77,18 +92,18 @@ inline KeyRange key_run(Index run, Index runs, Index tiles) {
 template <std::size_t M, typename T, typename Mask, typename Fold>
 void fold_key_runs(const Mask& mask, Index q_begin, Index q_rows, int threads, AttentionWorkspace<T>& ws,
                    BlockScratch<T>& scratch, OnlineSoftmaxState<T>* const (&into)[M], Fold&& fold) {
-    const Index tiles = (block_visit_end(mask, q_begin, q_begin + q_rows) + kKeyTile - 1) / kKeyTile;
-    const Index runs = key_run_count(tiles, threads);
+    const KeyRuns key_runs_of_rows = key_runs(mask, q_begin, q_rows, threads);
+    const Index runs = key_runs_of_rows.count;
     if (runs <= 1) {
         fold(KeyRange{}, scratch, into);
         return;
     }
     assert(ws.key_split_parts().size() >= M * static_cast<std::size_t>(runs));
     OnlineSoftmaxState<T>* parts = ws.key_split_parts().data();  // state m's run r at m * runs + r
-    parallel_for(runs, threads, Schedule::equal_tasks, [&](Index run, int thread) {
+    for_each_key_run(key_runs_of_rows, threads, ws, [&](Index run, KeyRange keys, BlockScratch<T>& mine) {
         OnlineSoftmaxState<T>* states[M];
         for (std::size_t m = 0; m < M; ++m) states[m] = parts + static_cast<Index>(m) * runs + run;
-        fold(key_run(run, runs, tiles), ws.block(thread), states);
+        fold(keys, mine, states);
     });
     for (std::size_t m = 0; m < M; ++m) into[m]->merge(parts + static_cast<Index>(m) * runs, runs);
 }

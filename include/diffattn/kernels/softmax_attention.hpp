@@ -30,16 +30,26 @@ void softmax_attention(const ConstMatrixRef<T>& q, const ConstMatrixRef<S>& k, c
 /// M) V and out2 = softmax(s Q2 K2^T + M) V, each value tile read once for both maps (attend_maps), as
 /// DIFF V2's two query heads of one kv head need (docs/math.md §3.4). Each output equals that of
 /// softmax_attention on its map, bit for bit: the maps fold their tiles exactly as alone.
-template <typename T, typename S = T>
-void softmax_attention_pair(const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>& k1, const ConstMatrixRef<T>& q2,
-                            const ConstMatrixRef<S>& k2, const ConstMatrixRef<S>& v, MatrixRef<T> out1,
-                            MatrixRef<T> out2, const AttentionOptions& options, AttentionWorkspace<T>* workspace) {
-    constexpr const char* function = "softmax_attention_pair";
+/// The checks of a pair of maps over one V into out1 and out2 (softmax_attention_pair,
+/// gated_softmax_difference): each map's, Q2 ~ Q1, K2 ~ K1, and out2 apart from out1.
+template <typename T, typename S>
+ResolvedOptions check_pair(const char* function, const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>& k1,
+                           const ConstMatrixRef<T>& q2, const ConstMatrixRef<S>& k2, const ConstMatrixRef<S>& v,
+                           const MatrixRef<T>& out1, const MatrixRef<T>& out2, const AttentionOptions& options) {
     const ResolvedOptions resolved = check_attention<T, S>(function, "Q1", "K1", "V", q1, k1, v, out1, options);
     check_attention<T, S>(function, "Q2", "K2", "V", q2, k2, v, out2, options);
     require_same_shape(function, named("Q2", q2), named("Q1", q1));
     require_same_shape(function, named("K2", k2), named("K1", k1));
     require_no_alias(function, "out2", out2, "out1", out1);
+    return resolved;
+}
+
+template <typename T, typename S = T>
+void softmax_attention_pair(const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>& k1, const ConstMatrixRef<T>& q2,
+                            const ConstMatrixRef<S>& k2, const ConstMatrixRef<S>& v, MatrixRef<T> out1,
+                            MatrixRef<T> out2, const AttentionOptions& options, AttentionWorkspace<T>* workspace) {
+    const ResolvedOptions resolved =
+        check_pair<T, S>("softmax_attention_pair", q1, k1, q2, k2, v, out1, out2, options);
     for_each_two_map_group<T, S>(q1, k1, q2, k2, v, resolved, workspace,
                                  [&](const auto& logits1, const auto& logits2, const auto& mask, Index q_begin,
                                      Index q_rows, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch,
@@ -70,10 +80,7 @@ void gated_softmax_difference(const ConstMatrixRef<T>& q1, const ConstMatrixRef<
         out.noalias() -= gate.asDiagonal() * second;
         return;
     }
-    const ResolvedOptions resolved = check_attention<T, S>(function, "Q1", "K1", "V", q1, k1, v, out, options);
-    check_attention<T, S>(function, "Q2", "K2", "V", q2, k2, v, out, options);
-    require_same_shape(function, named("Q2", q2), named("Q1", q1));
-    require_same_shape(function, named("K2", k2), named("K1", k1));
+    const ResolvedOptions resolved = check_pair<T, S>(function, q1, k1, q2, k2, v, out, second, options);
     for_each_two_map_group<T, S>(q1, k1, q2, k2, v, resolved, workspace,
                                  [&](const auto& logits1, const auto& logits2, const auto& mask, Index /*q_begin*/,
                                      Index q_rows, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch,
