@@ -99,7 +99,7 @@ TEMPLATE_TEST_CASE("diff_attention: heads are column blocks of wider matrices, o
     check_spec7<T>("middle head", got, plain, oracle, case_error_bound<T>(c, 2));
 }
 
-TEMPLATE_TEST_CASE("diff_attention decode calls (N < kMinPackedRows) split their keys over 1, 2 and 3 threads: "
+TEMPLATE_TEST_CASE("diff_attention decode calls: N < kMinPackedRows, keys split over 1, 2 and 3 threads, "
                    "docs/math.md §7",
                    "[kernels][diff_attention][threads][decode]", float, double) {
     using T = TestType;

@@ -413,7 +413,7 @@ TEMPLATE_TEST_CASE("dint_attention causal_softmax through its multi-thread pipel
     }
 }
 
-TEMPLATE_TEST_CASE("dint_attention decode calls (N < kMinPackedRows) split their keys over 1, 2 and 3 threads: "
+TEMPLATE_TEST_CASE("dint_attention decode calls: N < kMinPackedRows, keys split over 1, 2 and 3 threads, "
                    "docs/math.md §7 in every mode, with the history of a KV cache",
                    "[kernels][dint_attention][threads][decode]", float, double) {
     using T = TestType;

@@ -107,7 +107,7 @@ TEMPLATE_TEST_CASE("softmax_attention: heads are column blocks of wider matrices
     check_spec7<T>("middle head", got, plain, oracle, forward_error_bound<T>(d, s, 0.25 * d, 1));
 }
 
-TEMPLATE_TEST_CASE("softmax_attention decode calls (N < kMinPackedRows) split their keys over 1, 2 and 3 threads: "
+TEMPLATE_TEST_CASE("softmax_attention decode calls: N < kMinPackedRows, keys split over 1, 2 and 3 threads, "
                    "docs/math.md §7",
                    "[kernels][softmax_attention][threads][decode]", float, double) {
     using T = TestType;
