@@ -16,8 +16,9 @@
 //                               tokens by a weight of a 7B model's SwiGLU, [11008 x 4096] (180 MB:
 //                               past every cache, so it streams from memory).
 // Counters: tokens/s (B per step); step_bytes, what a step must read at least (every weight but
-// the token embedding, of which B rows, and each sequence's cached keys and values); roofline_tokens/s
-// = B * bandwidth / step_bytes; roofline_share = tokens/s / roofline_tokens/s; step_GFLOP, its
+// the token embedding, of which B rows, and each sequence's cached keys and values); stream_GB/s,
+// the step loop's own yardstick (bench::StreamYardstick: streaming reads just before and after
+// it); roofline_tokens/s = B * stream_GB/s / step_bytes; roofline_share = tokens/s / roofline_tokens/s; step_GFLOP, its
 // arithmetic; compute_floor_tokens/s = B * (Eigen SGEMM's rate on as many flops, same threads) /
 // step flops; bound_share = tokens/s over the lower of the two floors. linear: bytes the weight
 // holds, the share of the stream bandwidth its read reaches, and its flop rate over SGEMM's (vs_gemm).
@@ -104,6 +105,7 @@ void BM_batched_decode(benchmark::State& state, Index batch, Index context, int 
     ForwardState<float> buffers = model.make_state(batch, threads);
     RowMatrix<float> logits(batch, model.config().vocab_size);
     std::vector<Token> next(static_cast<std::size_t>(batch), 1);
+    bench::StreamYardstick yardstick(threads);
     const auto start = bench::Clock::now();
     for (auto _ : state) {
         if (caches.front().remaining() == 0) state.SkipWithError("cache full: run with the fixed iteration count");
@@ -118,8 +120,10 @@ void BM_batched_decode(benchmark::State& state, Index batch, Index context, int 
     const double seconds = bench::seconds_since(start);
     const double tokens_per_second = static_cast<double>(batch * state.iterations()) / seconds;
     const double bytes = step_bytes(model, batch, context + kSteps / 2);
-    const double roofline = static_cast<double>(batch) * bench::stream_bandwidth(threads) / bytes;
+    const double bandwidth = yardstick.after();
+    const double roofline = static_cast<double>(batch) * bandwidth / bytes;
     state.counters["tokens/s"] = tokens_per_second;
+    state.counters["stream_GB/s"] = bandwidth / 1e9;
     state.counters["step_ms"] = 1e3 * seconds / static_cast<double>(state.iterations());
     state.counters["step_bytes"] = bytes;
     state.counters["roofline_tokens/s"] = roofline;

@@ -276,11 +276,10 @@ double stream_sum(int threads) {
     return total;
 }
 
-/// Read bandwidth in bytes/s on `threads` threads: the best of 3 streaming reads, measured once.
-double stream_bandwidth(int threads) {
-    static std::map<int, double> measured;
-    auto found = measured.find(threads);
-    if (found != measured.end()) return found->second;
+/// Read bandwidth in bytes/s on `threads` threads, measured now: the best of 3 streaming reads
+/// (about 0.1 s). It also leaves the last-level cache holding the yardstick's buffer, not the
+/// operands of the next timed loop.
+double stream_bandwidth_now(int threads) {
     stream_sum(threads);  // pages and thread team warm
     double best = 0;
     for (int pass = 0; pass < 3; ++pass) {
@@ -288,8 +287,31 @@ double stream_bandwidth(int threads) {
         benchmark::DoNotOptimize(stream_sum(threads));
         best = std::max(best, static_cast<double>(kStreamBytes) / seconds_since(start));
     }
-    return measured[threads] = best;
+    return best;
 }
+
+/// Read bandwidth in bytes/s on `threads` threads: stream_bandwidth_now(), measured once per run.
+double stream_bandwidth(int threads) {
+    static std::map<int, double> measured;
+    auto found = measured.find(threads);
+    if (found != measured.end()) return found->second;
+    return measured[threads] = stream_bandwidth_now(threads);
+}
+
+/// The yardstick of one timed loop on a shared host, whose bandwidth drifts over a run of
+/// minutes: the higher of stream_bandwidth_now() just before the loop (the constructor) and just
+/// after it (after()), so a loop is held against the bandwidth of its own moment. The higher one,
+/// because a read that a neighbour disturbed only understates what the host could give.
+class StreamYardstick {
+public:
+    explicit StreamYardstick(int threads) : threads_(threads), before_(stream_bandwidth_now(threads)) {}
+    /// Call once, after the timed loop: the bandwidth in bytes/s the loop's roofline divides by.
+    double after() { return std::max(before_, stream_bandwidth_now(threads_)); }
+
+private:
+    int threads_;
+    double before_;
+};
 
 /// Registers stream_read/threads:<T> for T = 1, 2, the yardstick shown beside a decode program's
 /// roofline counters: bytes_per_second of the timed passes, and best_of_3_bytes_per_second, the

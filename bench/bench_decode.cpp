@@ -7,8 +7,8 @@
 // dint_mean (causal_mean), softmax, diff_v2.
 //
 //   stream_read/threads:<T>          the yardstick: a vectorised sum over a 512 MB buffer, split
-//                                    in T equal parts, one per thread; the bytes_per_second counter
-//                                    is the read bandwidth the roofline counters below divide by.
+//                                    in T equal parts, one per thread (each decode_cached
+//                                    benchmark measures it again around its loop: stream_GB/s).
 //   decode_cached/kind:<k>/context:<C>/threads:<T>     the cache holds `context` tokens (prefilled
 //                                         once, outside the timing); each iteration feeds one new
 //                                         token, so the context grows from `context` to
@@ -21,10 +21,13 @@
 // Counters of decode_cached: tokens/s; step_bytes, what one step must read at least (every weight
 // but the token embedding, of which one row, and the cached keys and values of every layer once
 // at their stored size,
-// plus DINT causal_softmax's column sums, read and written); roofline_tokens/s = bandwidth /
-// step_bytes with the stream_read bandwidth of the same thread count (measured once per thread
-// count, best of 3 passes); roofline_share = tokens/s / roofline_tokens/s (1 = at the memory
-// bound). cache_bytes_per_token is KvCache::bytes_per_token (docs/kv_cache.md).
+// plus DINT causal_softmax's column sums, read and written); stream_GB/s, the benchmark's own
+// yardstick: the higher of two streaming reads of the same thread count (best of 3 passes each),
+// one just before its timed loop and one just after (bench::StreamYardstick: the host's bandwidth
+// drifts over a run); roofline_tokens/s = stream_GB/s / step_bytes; roofline_share = tokens/s /
+// roofline_tokens/s (1 = at the memory bound). The read before the loop also evicts the
+// prefill's operands from the last-level cache. cache_bytes_per_token is KvCache::bytes_per_token
+// (docs/kv_cache.md).
 //
 // Run: bench_decode --benchmark_counters_tabular=true   (contexts 2048 and 8192, threads 1 and 2;
 // --long adds 32768, whose prefill takes tens of seconds per kind). --quick: contexts 256 and
@@ -118,11 +121,13 @@ void set_counters(benchmark::State& state, int kind, const ModelConfig& config, 
     state.SetLabel(kKinds[kind].name);
 }
 
-/// The roofline counters of a decode benchmark at `context` (mid-run context) on `threads` threads.
-void set_roofline_counters(benchmark::State& state, const DecoderModel<float>& model, Index context, int threads,
+/// The roofline counters of a decode benchmark at `context` (mid-run context), bandwidth the
+/// yardstick of its timed loop (bench::StreamYardstick) in bytes/s.
+void set_roofline_counters(benchmark::State& state, const DecoderModel<float>& model, Index context, double bandwidth,
                            double seconds, KvPrecision precision) {
     const double bytes = step_bytes(model, context, precision);
-    const double roofline = bench::stream_bandwidth(threads) / bytes;
+    const double roofline = bandwidth / bytes;
+    state.counters["stream_GB/s"] = bandwidth / 1e9;
     state.counters["step_bytes"] = bytes;
     state.counters["roofline_tokens/s"] = roofline;
     state.counters["roofline_share"] = static_cast<double>(state.iterations()) / seconds / roofline;
@@ -135,6 +140,7 @@ void BM_decode_cached(benchmark::State& state, int kind, Index context, int thre
     ForwardState<float> state_buffers = model.make_state(context, threads);
     model.forward(prompt, state_buffers, &cache);  // prefill, not timed
     std::vector<Token> next = {1};
+    bench::StreamYardstick yardstick(threads);
     const auto start = bench::Clock::now();
     for (auto _ : state) {
         if (cache.remaining() == 0) state.SkipWithError("cache full: run with the fixed iteration count");
@@ -146,7 +152,7 @@ void BM_decode_cached(benchmark::State& state, int kind, Index context, int thre
     }
     const double seconds = bench::seconds_since(start);
     set_counters(state, kind, model.config(), context, seconds, precision);
-    set_roofline_counters(state, model, context + kDecodeSteps / 2, threads, seconds, precision);
+    set_roofline_counters(state, model, context + kDecodeSteps / 2, yardstick.after(), seconds, precision);
 }
 
 void BM_decode_recompute(benchmark::State& state, int kind, Index context, int threads) {
