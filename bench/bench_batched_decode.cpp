@@ -15,13 +15,14 @@
 //   linear/rows:<N>/threads:<T> the decode-time projection y = x W^T (layers/linear.hpp) of N
 //                               tokens by a weight of a 7B model's SwiGLU, [11008 x 4096] (180 MB:
 //                               past every cache, so it streams from memory).
-// Counters: tokens/s (B per step); step_bytes, what a step must read at least (every weight but
-// the token embedding, of which B rows, and each sequence's cached keys and values); stream_GB/s,
-// the step loop's own yardstick (bench::StreamYardstick: streaming reads just before and after
-// it); roofline_tokens/s = B * stream_GB/s / step_bytes; roofline_share = tokens/s / roofline_tokens/s; step_GFLOP, its
-// arithmetic; compute_floor_tokens/s = B * (Eigen SGEMM's rate on as many flops, same threads) /
-// step flops; bound_share = tokens/s over the lower of the two floors. linear: bytes the weight
-// holds, the share of the stream bandwidth its read reaches, and its flop rate over SGEMM's (vs_gemm).
+// Counters: tokens/s (B per step); step_bytes, what a step must read at least (every weight but the
+// token embedding, of which B rows, and each sequence's cached keys and values); stream_GB/s, the
+// step loop's own yardstick (bench::StreamYardstick: streaming reads just before and after it);
+// roofline_tokens/s = B * stream_GB/s / step_bytes; roofline_share = tokens/s / roofline_tokens/s;
+// step_GFLOP, its arithmetic; compute_floor_tokens/s = B * (Eigen SGEMM's rate on as many flops,
+// same threads) / step flops; bound_share = tokens/s over the lower of the two floors. linear:
+// bytes the weight holds, the share of the stream bandwidth its read reaches, and its flop rate
+// over SGEMM's (vs_gemm).
 //
 // Run: bench_batched_decode --benchmark_counters_tabular=true   (--quick: batches 1 and 8 only)
 #include "bench_common.hpp"
