@@ -5,10 +5,10 @@
 // to a counter instead, so a forbidden allocation is a counted test failure in Release and Debug
 // alike. Include it before anything that includes Eigen.
 //
-// It also replaces the global operator new, to count what Eigen's flag cannot see: std::string,
+// It also counts the global operator new, to see what Eigen's flag cannot: std::string,
 // std::vector and stream buffers (an error message formatted by a check that then passes, say).
-// Replacement functions must be defined once per program, so include this header in one TU only;
-// each *_nomalloc test is an executable of its own TU (tests/CMakeLists.txt).
+// The replacement functions are defined once per program, in no_malloc_operator_new.cpp, which
+// test_nomalloc (every *_nomalloc.cpp, tests/CMakeLists.txt) is built with.
 #pragma once
 
 #if defined(EIGEN_CORE_H) || defined(EIGEN_CORE_MODULE_H)
@@ -19,8 +19,6 @@
 #endif
 
 #include <atomic>
-#include <cstdlib>
-#include <new>
 
 namespace diffattn_nomalloc {
 inline std::atomic<int> failures{0};               // eigen_assert failures seen (any thread)
@@ -37,41 +35,6 @@ inline void record(const char* condition) {
 }
 inline std::atomic<bool> counting_new{false};  // inside without_malloc: operator new counts as a failure
 }  // namespace diffattn_nomalloc
-
-// The global operator new, counted while without_malloc runs (the array and sized-delete
-// forms forward to these in libstdc++; the aligned forms are left alone: the library's own aligned
-// storage goes through Eigen, which the flag above watches). g++ 12 inlines these deletes into
-// std::vector's destructor and then sees free() of memory from operator new: that is this pair's
-// own contract (new is malloc here), so its -Wmismatched-new-delete is silenced for them.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void* operator new(std::size_t size) {
-    if (diffattn_nomalloc::counting_new.load(std::memory_order_relaxed)) diffattn_nomalloc::record("operator new");
-    if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-    throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) { return ::operator new(size); }
-// The nothrow forms too: a sanitizer runtime replaces them itself, and its memory must not reach
-// the free() below (AddressSanitizer: alloc-dealloc-mismatch).
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
-    try {
-        return ::operator new(size);
-    } catch (...) {
-        return nullptr;
-    }
-}
-void* operator new[](std::size_t size, const std::nothrow_t&) noexcept { return ::operator new(size, std::nothrow); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 #define eigen_assert(x)                                      \
     do {                                                     \

@@ -1,4 +1,4 @@
-// Built alone with EIGEN_RUNTIME_NO_MALLOC: a refused checkpoint is refused before the model is
+// Built into test_nomalloc (EIGEN_RUNTIME_NO_MALLOC): a refused checkpoint is refused before the model is
 // allocated (docs/checkpoints.md, "Refused"; DecoderModel::load). Every matrix and vector of a
 // model is Eigen storage, so loading each directory of tests/data/checkpoints/refused with Eigen's
 // heap allocations forbidden must throw without a single forbidden allocation. control_valid,

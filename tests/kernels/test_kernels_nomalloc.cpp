@@ -1,6 +1,6 @@
 // The kernels' hot path allocates nothing once the workspace (and a DINT history) is reserved.
 //
-// Built as its own executable with EIGEN_RUNTIME_NO_MALLOC (tests/CMakeLists.txt: *_nomalloc.cpp).
+// Built into test_nomalloc with EIGEN_RUNTIME_NO_MALLOC (tests/CMakeLists.txt: *_nomalloc.cpp).
 // Eigen reports a forbidden heap allocation through eigen_assert, which NDEBUG (Release) turns off,
 // so this file routes eigen_assert to a counter that the test reads: the check works in every
 // build type, and a forbidden allocation is a test failure rather than an abort.

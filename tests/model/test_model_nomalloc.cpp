@@ -1,5 +1,4 @@
-// Built alone with EIGEN_RUNTIME_NO_MALLOC (one TU for both cases below, so the model templates
-// are compiled once for the no-malloc build):
+// Built into test_nomalloc (EIGEN_RUNTIME_NO_MALLOC):
 //  - once a ForwardState exists, a model forward of every attention kind allocates nothing through
 //    Eigen (all activations and kernel workspaces live in the state, sized once for max_len);
 //  - with a KvCache and a ForwardState made (and the state used once with a cache of this length,

@@ -1,4 +1,4 @@
-// Built alone with EIGEN_RUNTIME_NO_MALLOC: once a Sampler is made (its scratch sized for the
+// Built into test_nomalloc (EIGEN_RUNTIME_NO_MALLOC): once a Sampler is made (its scratch sized for the
 // vocabulary), choosing tokens allocates nothing, greedy or sampled, with top-k and top-p or
 // without, from float or double logits, rows of a logits matrix included.
 #include "../no_malloc_guard.hpp"  // first: routes eigen_assert to a counter
