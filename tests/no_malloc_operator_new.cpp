@@ -5,11 +5,11 @@
 #include <cstdlib>
 #include <new>
 
-// The global operator new, counted while without_malloc runs (the array and sized-delete
-// forms forward to these in libstdc++; the aligned forms are left alone: the library's own aligned
-// storage goes through Eigen, which EIGEN_RUNTIME_NO_MALLOC watches). g++ 12 inlines these deletes into
-// std::vector's destructor and then sees free() of memory from operator new: that is this pair's
-// own contract (new is malloc here), so its -Wmismatched-new-delete is silenced for them.
+// The global operator new, counted while without_malloc runs (the array and sized-delete forms
+// forward to these in libstdc++; the aligned forms are left alone: the library's own aligned
+// storage goes through Eigen, which EIGEN_RUNTIME_NO_MALLOC watches). g++ 12 inlines these deletes
+// into std::vector's destructor and then sees free() of memory from operator new: that is this
+// pair's own contract (new is malloc here), so its -Wmismatched-new-delete is silenced for them.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"

@@ -1,5 +1,5 @@
-// Built into test_nomalloc (EIGEN_RUNTIME_NO_MALLOC): attention analysis on a long context runs in O(N)
-// memory. Once an AttentionAnalyzer exists for max_len tokens (its forward state and the O(N)
+// Built into test_nomalloc (EIGEN_RUNTIME_NO_MALLOC): attention analysis on a long context runs in
+// O(N) memory. Once an AttentionAnalyzer exists for max_len tokens (its forward state and the O(N)
 // rows of the streamed maps) and has run once, a run over N = 2048 tokens (256 under
 // AddressSanitizer, below) allocates nothing, not through Eigen and not through operator new: no
 // N x S map is ever formed, only the buffers whose size is linear in N

@@ -1,8 +1,8 @@
-// Built into test_nomalloc (EIGEN_RUNTIME_NO_MALLOC): a refused checkpoint is refused before the model is
-// allocated (docs/checkpoints.md, "Refused"; DecoderModel::load). Every matrix and vector of a
-// model is Eigen storage, so loading each directory of tests/data/checkpoints/refused with Eigen's
-// heap allocations forbidden must throw without a single forbidden allocation. control_valid,
-// which loads, shows that the counter sees the model's allocation.
+// Built into test_nomalloc (EIGEN_RUNTIME_NO_MALLOC): a refused checkpoint is refused before the
+// model is allocated (docs/checkpoints.md, "Refused"; DecoderModel::load). Every matrix and vector
+// of a model is Eigen storage, so loading each directory of tests/data/checkpoints/refused with
+// Eigen's heap allocations forbidden must throw without a single forbidden allocation.
+// control_valid, which loads, shows that the counter sees the model's allocation.
 #include "../no_malloc_guard.hpp"  // first: routes eigen_assert to a counter
 #include "diffattn/model/decoder_model.hpp"
 

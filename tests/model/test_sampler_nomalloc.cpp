@@ -1,6 +1,6 @@
-// Built into test_nomalloc (EIGEN_RUNTIME_NO_MALLOC): once a Sampler is made (its scratch sized for the
-// vocabulary), choosing tokens allocates nothing, greedy or sampled, with top-k and top-p or
-// without, from float or double logits, rows of a logits matrix included.
+// Built into test_nomalloc (EIGEN_RUNTIME_NO_MALLOC): once a Sampler is made (its scratch sized
+// for the vocabulary), choosing tokens allocates nothing, greedy or sampled, with top-k and top-p
+// or without, from float or double logits, rows of a logits matrix included.
 #include "../no_malloc_guard.hpp"  // first: routes eigen_assert to a counter
 #include "diffattn/model/sampler.hpp"
 
