@@ -1,5 +1,6 @@
 // RMSNorm, SwiGLU, interleaved rotary and lambda against the double transcription of docs/math.md §2.5,
 // 3.1 and 4 in naive_reference.hpp.
+#include "few_rows_linear_cases.hpp"
 #include "naive_reference.hpp"
 
 #include "diffattn/layers/lambda.hpp"
@@ -131,31 +132,7 @@ TEMPLATE_TEST_CASE("linear on several threads: fixed column blocks, the same bit
 
 TEMPLATE_TEST_CASE("linear of a few rows (a decode step) on randomised shapes and strided blocks",
                    "[layers][linear]", float, double) {
-    // Fewer than kFewRowsLinear rows take detail::few_rows_linear (W read once); 16 and more
-    // Eigen's GEMM. Inner widths around the SIMD packet (tails of every length), a W block boundary
-    // (4000 doubles: 32 KB rows), x and out as column blocks of wider matrices. Each output is one
-    // dot product: within gamma_K = K eps / (1 - K eps) of sum |x_k w_k| (Higham, eq. 3.5).
-    using T = TestType;
-    constexpr double eps = std::numeric_limits<T>::epsilon();
-    std::uint64_t seed = 11;
-    const Index depths[] = {1, 3, 7, 8, 16, 17, 33, 100, 129, 4000};
-    for (Index rows = 1; rows <= 17; ++rows) {
-        for (Index depth : depths) {
-            const Index features = 1 + static_cast<Index>(++seed * 7919 % 70);
-            INFO(rows << " rows, depth " << depth << ", " << features << " features");
-            const RowMatrix<T> wide_x = seeded<T>(rows, depth + 5, seed), w = seeded<T>(features, depth, seed + 1);
-            RowMatrix<T> wide_out = RowMatrix<T>::Constant(rows, features + 3, T(9));
-            const auto x = wide_x.middleCols(2, depth);
-            linear<T>(x, w, wide_out.middleCols(1, features), ExecutionContext{1, 0.0});
-            const naive::Mat xd = x.template cast<double>(), wd = w.template cast<double>();
-            const naive::Mat expected = naive::linear(xd, wd);
-            const naive::Mat bound = naive::linear(xd.cwiseAbs(), wd.cwiseAbs()) * (depth * eps / (1 - depth * eps));
-            const naive::Mat error = (wide_out.middleCols(1, features).template cast<double>() - expected).cwiseAbs();
-            CHECK((error.array() <= bound.array() + 1e-300).all());
-            CHECK((wide_out.col(0).array() == T(9)).all());  // nothing outside out is written
-            CHECK((wide_out.rightCols(2).array() == T(9)).all());
-        }
-    }
+    check_few_rows_linear<TestType>();  // few_rows_linear_cases.hpp
 }
 
 TEMPLATE_TEST_CASE("interleaved rotary matches docs/math.md §3.1 on every map of a wide matrix", "[layers][rotary]", float,

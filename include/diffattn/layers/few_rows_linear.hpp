@@ -4,11 +4,11 @@
 // the time to read the weights from memory. Eigen serves one row with a matrix-vector product at
 // that rate, but a product of 2-15 rows goes through its GEMM, which packs W afresh on every call
 // and runs at a fraction of the bandwidth (docs/benchmarks.md, "Decode-time projections"). Here
-// each W row is loaded once per group of up to four x rows and multiplied into one accumulator
-// per (W row, x row) pair, in SIMD packets over the inner dimension; a block of W rows small
-// enough for L2 serves every group of x rows before the next block is read, so W comes from
-// memory once. Each output is one dot product whose order depends only on the inner dimension,
-// so the result does not depend on how the features are split over threads.
+// each W row is loaded once per group of x rows and multiplied into one accumulator per (W row,
+// x row) pair, in SIMD packets over the inner dimension; a block of W rows small enough for L2
+// serves every group of x rows before the next block is read, so W comes from memory once. Each
+// output is one dot product whose order depends only on the inner dimension, so the result does
+// not depend on how the features are split over threads or how many x rows share the call.
 #pragma once
 
 #include "diffattn/core/types.hpp"
@@ -16,6 +16,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <type_traits>
 
 namespace diffattn::detail {
 
@@ -23,53 +24,143 @@ namespace diffattn::detail {
 /// W pays off once it serves many rows.
 inline constexpr Index kFewRowsLinear = 16;
 
-/// out[n, j] = x[n] . w[j] for the R weight rows from j and the N (<= 4) x rows, over the whole
-/// inner dimension: R N packet accumulators, then one horizontal sum each plus the scalar tail.
-template <int R, int N, typename T, typename X, typename W, typename Out>
-void few_rows_dot_block(const X& x, const W& w, Out& out, Index j) {
-    using Packet = typename Eigen::internal::packet_traits<T>::type;
-    constexpr Index P = Eigen::internal::packet_traits<T>::size;
-    constexpr Index kPrefetch = 512 / sizeof(T);  // W rows are streamed: ask for them 512 bytes ahead
-    const Index depth = x.cols();
-    const T* w_row[R];
-    const T* x_row[N];
-    for (int r = 0; r < R; ++r) w_row[r] = w.data() + (j + r) * w.outerStride();
-    for (int n = 0; n < N; ++n) x_row[n] = x.data() + n * x.outerStride();
-    Packet acc[R][N];
-    for (int r = 0; r < R; ++r) {
-        for (int n = 0; n < N; ++n) acc[r][n] = Eigen::internal::pset1<Packet>(T(0));
-    }
-    Index k = 0;
-    for (; k + P <= depth; k += P) {
+/// Whether the target has 32 vector registers (AVX-512, NEON): enough for 8 W rows against one or
+/// two x rows, and for a wide group of 5-8 x rows (3 W rows x 8 accumulators, 3 W packets and the
+/// x packet); with 16, x rows go four at a time against 2 W rows.
+inline constexpr bool kFewRowsWideGroups = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32;
+
+/// Keeps a loaded packet in a register. GCC otherwise folds the load into every multiply-add that
+/// uses it, which with 8 x rows makes the loads, not the multiply-adds, the limit
+/// (docs/benchmarks.md, "Decode-time projections").
+template <typename Packet>
+EIGEN_ALWAYS_INLINE void keep_in_register(Packet& packet) {
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) && defined(__SSE2__)
+    if constexpr (!std::is_arithmetic_v<Packet>) __asm__("" : "+v"(packet));
+#else
+    (void)packet;
+#endif
+}
+
+/// Asks for the cache line at p: Eigen's prefetch, except with GCC and Clang, whose builtin survives
+/// being inlined into an always-inline function (GCC 12 drops Eigen's there).
+template <typename T>
+EIGEN_ALWAYS_INLINE void prefetch_line(const T* p) {
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(p);
+#else
+    Eigen::internal::prefetch(p);
+#endif
+}
+
+/// acc[r][n] += the packets of w row r times x row n over [k_begin, k_end), whole packets, asking
+/// for each W row's element `ahead` further on (never past `depth`, the row's length).
+template <int R, int N, typename Packet, typename T>
+EIGEN_ALWAYS_INLINE void accumulate_dots(const T* const (&x_row)[N], const T* const (&w_row)[R], Index k_begin,
+                                         Index k_end, Index ahead, Index depth, Packet (&acc)[R][N]) {
+    constexpr Index P = Eigen::internal::unpacket_traits<Packet>::size;
+    for (Index k = k_begin; k < k_end; k += P) {
         Packet w_packet[R];
         for (int r = 0; r < R; ++r) {
-            Eigen::internal::prefetch(w_row[r] + std::min(k + kPrefetch, depth - 1));
+            prefetch_line(w_row[r] + std::min(k + ahead, depth - 1));
             w_packet[r] = Eigen::internal::ploadu<Packet>(w_row[r] + k);
         }
         for (int n = 0; n < N; ++n) {
-            const Packet x_packet = Eigen::internal::ploadu<Packet>(x_row[n] + k);
+            Packet x_packet = Eigen::internal::ploadu<Packet>(x_row[n] + k);
+            if constexpr (R * N > 16) keep_in_register(x_packet);
             for (int r = 0; r < R; ++r) acc[r][n] = Eigen::internal::pmadd(w_packet[r], x_packet, acc[r][n]);
         }
     }
+}
+
+/// out[n, j + r] = the sum of acc[r][n]'s lanes plus the scalar tail [k_tail, depth).
+template <int R, int N, typename Packet, typename T, typename Out>
+void store_dots(const T* const (&x_row)[N], const T* const (&w_row)[R], Index k_tail, Index depth,
+                const Packet (&acc)[R][N], Out& out, Index j) {
     for (int r = 0; r < R; ++r) {
         for (int n = 0; n < N; ++n) {
             T sum = Eigen::internal::predux(acc[r][n]);
-            for (Index tail = k; tail < depth; ++tail) sum += w_row[r][tail] * x_row[n][tail];
+            for (Index k = k_tail; k < depth; ++k) sum += w_row[r][k] * x_row[n][k];
             out(n, j + r) = sum;
         }
     }
 }
 
-/// Weight rows [j_begin, j_end) against N (<= 4) x rows: R rows at a time, R as many as the
-/// registers hold (R N accumulators, R weight packets and one x packet; 8 rows for one or two x
-/// rows, so that as many weight rows stream from memory at once as in Eigen's matrix-vector
-/// product; docs/benchmarks.md, "Decode-time projections"), then the odd rows.
+template <int N, typename T, typename X>
+void row_pointers(const X& x, const T* (&x_row)[N]) {
+    for (int n = 0; n < N; ++n) x_row[n] = x.data() + n * x.outerStride();
+}
+
+/// Weight rows [j_begin, j_end) against N (<= 4) x rows over the whole inner dimension: R rows at a
+/// time, R as many as the registers hold (R N accumulators, R weight packets and one x packet; 8
+/// rows for one or two x rows, so that as many weight rows stream from memory at once as in
+/// Eigen's matrix-vector product), then the odd rows.
 template <int N, typename T, typename X, typename W, typename Out>
 void few_rows_dot_rows(const X& x, const W& w, Out& out, Index j_begin, Index j_end) {
-    constexpr int R = EIGEN_ARCH_DEFAULT_NUMBER_OF_REGISTERS >= 32 ? (N <= 2 ? 8 : 4) : 2;
+    using Packet = typename Eigen::internal::packet_traits<T>::type;
+    constexpr Index P = Eigen::internal::packet_traits<T>::size;
+    constexpr int R = kFewRowsWideGroups ? (N <= 2 ? 8 : 4) : 2;
+    constexpr Index kStreamAhead = 512 / sizeof(T);  // W rows are streamed: ask for them 512 bytes ahead
+    const Index depth = x.cols(), full = depth / P * P;
+    const T* x_row[N];
+    row_pointers(x, x_row);
+    const auto run = [&](auto rows, Index j) {
+        constexpr int kRows = decltype(rows)::value;
+        const T* w_row[kRows];
+        for (int r = 0; r < kRows; ++r) w_row[r] = w.data() + (j + r) * w.outerStride();
+        Packet acc[kRows][N];
+        for (auto& row : acc) std::fill(row, row + N, Eigen::internal::pset1<Packet>(T(0)));
+        accumulate_dots(x_row, w_row, 0, full, kStreamAhead, depth, acc);
+        store_dots(x_row, w_row, full, depth, acc, out, j);
+    };
     Index j = j_begin;
-    for (; j + R <= j_end; j += R) few_rows_dot_block<R, N, T>(x, w, out, j);
-    for (; j < j_end; ++j) few_rows_dot_block<1, N, T>(x, w, out, j);
+    for (; j + R <= j_end; j += R) run(std::integral_constant<int, R>{}, j);
+    for (; j < j_end; ++j) run(std::integral_constant<int, 1>{}, j);
+}
+
+/// W rows per block of the wide groups: their parked accumulators take 48 x 8 packets (24 KB with
+/// AVX-512), on the stack; a multiple of the 3 and 4 rows a step takes.
+inline constexpr Index kWideGroupBlock = 48;
+
+/// Weight rows [j_begin, j_end) (at most kWideGroupBlock) against N (5-8) x rows, in chunks of the
+/// inner dimension: each chunk of x (2 KB a row) stays in L1 while every weight row of the block
+/// multiplies it, R rows at a time, their accumulators parked between chunks. Parking stores the
+/// packets unchanged, so each output is the same dot product as over the whole inner dimension.
+template <int N, typename T, typename X, typename W, typename Out>
+void few_rows_dot_chunks(const X& x, const W& w, Out& out, Index j_begin, Index j_end) {
+    using Packet = typename Eigen::internal::packet_traits<T>::type;
+    constexpr Index P = Eigen::internal::packet_traits<T>::size;
+    constexpr Index kChunk = std::max<Index>(P, Index(2048) / Index(sizeof(T)) / P * P);
+    constexpr int R = N <= 5 ? 4 : 3;
+    const Index depth = x.cols(), full = depth / P * P;
+    eigen_assert(j_end - j_begin <= kWideGroupBlock);
+    const T* x_row[N];
+    row_pointers(x, x_row);
+    Packet parked[kWideGroupBlock][N];  // filled by the first chunk
+    const auto run = [&](auto rows, Index j, Index k_begin, Index k_end) {
+        constexpr int kRows = decltype(rows)::value;
+        const T* w_row[kRows];
+        for (int r = 0; r < kRows; ++r) w_row[r] = w.data() + (j + r) * w.outerStride();
+        Packet acc[kRows][N];
+        for (int r = 0; r < kRows; ++r) {
+            if (k_begin == 0) {
+                std::fill(acc[r], acc[r] + N, Eigen::internal::pset1<Packet>(T(0)));
+            } else {
+                std::copy(parked[j - j_begin + r], parked[j - j_begin + r] + N, acc[r]);
+            }
+        }
+        accumulate_dots(x_row, w_row, k_begin, k_end, kChunk, depth, acc);
+        if (k_end == full) {
+            store_dots(x_row, w_row, full, depth, acc, out, j);
+        } else {
+            for (int r = 0; r < kRows; ++r) std::copy(acc[r], acc[r] + N, parked[j - j_begin + r]);
+        }
+    };
+    for (Index k = 0; k < std::max<Index>(full, 1); k += kChunk) {
+        const Index k_end = std::min(full, k + kChunk);
+        Index j = j_begin;
+        for (; j + R <= j_end; j += R) run(std::integral_constant<int, R>{}, j, k, k_end);
+        for (; j < j_end; ++j) run(std::integral_constant<int, 1>{}, j, k, k_end);
+    }
 }
 
 /// out [N x F] = x [N x K] w[F x K]^T for the features [f_begin, f_end), N < kFewRowsLinear.
@@ -78,18 +169,34 @@ void few_rows_linear(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, Mat
                      Index f_end) {
     // W rows per block: about 128 KB, which stays in L2 while every group of x rows uses it; a
     // multiple of 8 rows, so that only a call's last block has rows left over for the odd-row path.
+    // A call of at most 8 x rows reads each block once, so only the wide groups' limit applies.
     const Index row_bytes = std::max<Index>(1, x.cols() * static_cast<Index>(sizeof(T)));
-    const Index block = std::max<Index>(8, (Index(128) << 10) / row_bytes / 8 * 8);
+    const Index block = kFewRowsWideGroups && x.rows() <= 8
+                            ? kWideGroupBlock
+                            : std::max<Index>(8, (Index(128) << 10) / row_bytes / 8 * 8);
+    const Index group = kFewRowsWideGroups ? 8 : 4;
     for (Index b = f_begin; b < f_end; b += block) {
         const Index b_end = std::min(f_end, b + block);
-        for (Index n = 0; n < x.rows(); n += 4) {
-            const auto rows = x.middleRows(n, std::min<Index>(4, x.rows() - n));
+        for (Index n = 0; n < x.rows(); n += group) {
+            const auto rows = x.middleRows(n, std::min<Index>(group, x.rows() - n));
             auto into = out.middleRows(n, rows.rows());
+            const auto wide = [&](auto kRows) {
+                if constexpr (kFewRowsWideGroups) {
+                    for (Index j = b; j < b_end; j += kWideGroupBlock) {
+                        few_rows_dot_chunks<decltype(kRows)::value, T>(rows, w, into, j,
+                                                                       std::min(b_end, j + kWideGroupBlock));
+                    }
+                }
+            };
             switch (rows.rows()) {
                 case 1: few_rows_dot_rows<1, T>(rows, w, into, b, b_end); break;
                 case 2: few_rows_dot_rows<2, T>(rows, w, into, b, b_end); break;
                 case 3: few_rows_dot_rows<3, T>(rows, w, into, b, b_end); break;
-                default: few_rows_dot_rows<4, T>(rows, w, into, b, b_end); break;
+                case 4: few_rows_dot_rows<4, T>(rows, w, into, b, b_end); break;
+                case 5: wide(std::integral_constant<int, 5>{}); break;
+                case 6: wide(std::integral_constant<int, 6>{}); break;
+                case 7: wide(std::integral_constant<int, 7>{}); break;
+                default: wide(std::integral_constant<int, 8>{}); break;
             }
         }
     }
