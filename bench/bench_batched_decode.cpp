@@ -21,8 +21,8 @@
 // roofline_tokens/s = B * stream_GB/s / step_bytes; roofline_share = tokens/s / roofline_tokens/s;
 // step_GFLOP, its arithmetic; compute_floor_tokens/s = B * (Eigen SGEMM's rate on as many flops,
 // same threads) / step flops; bound_share = tokens/s over the lower of the two floors. linear:
-// bytes the weight holds, the share of the stream bandwidth its read reaches, and its flop rate
-// over SGEMM's (vs_gemm).
+// bytes the weight holds, the share of the stream bandwidth its read reaches (the loop's own
+// yardstick, stream_GB/s, as for the steps), and its flop rate over SGEMM's (vs_gemm).
 //
 // Run: bench_batched_decode --benchmark_counters_tabular=true   (--quick: batches 1 and 8 only)
 #include "bench_common.hpp"
@@ -146,6 +146,7 @@ void BM_linear(benchmark::State& state, Index rows, int threads) {
     ExecutionContext context{threads};
     context.min_parallel_flops = 0;  // the thread count asked for, however small the product
     linear<float>(x, weight, y, context);
+    bench::StreamYardstick yardstick(threads);
     const auto start = bench::Clock::now();
     for (auto _ : state) {
         linear<float>(x, weight, y, context);
@@ -153,9 +154,11 @@ void BM_linear(benchmark::State& state, Index rows, int threads) {
     }
     const double seconds = bench::seconds_since(start) / static_cast<double>(state.iterations());
     const double bytes = static_cast<double>(weight.size()) * sizeof(float);
+    const double bandwidth = yardstick.after();
     state.counters["weight_bytes"] = bytes;
     state.counters["GB/s"] = bytes / seconds / 1e9;
-    state.counters["bandwidth_share"] = bytes / seconds / bench::stream_bandwidth(threads);
+    state.counters["stream_GB/s"] = bandwidth / 1e9;
+    state.counters["bandwidth_share"] = bytes / seconds / bandwidth;
     const double flops = 2.0 * static_cast<double>(rows) * static_cast<double>(weight.size());
     state.counters["vs_gemm"] = flops / seconds / 1e9 / bench::gemm_rate_equal_flops(flops, threads).mean;
 }
