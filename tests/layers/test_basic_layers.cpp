@@ -12,7 +12,6 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <cstdint>
 #include <limits>
 
 using namespace diffattn;

@@ -85,9 +85,10 @@ void store_dots(const T* const (&x_row)[N], const T* const (&w_row)[R], Index k_
     }
 }
 
-template <int N, typename T, typename X>
-void row_pointers(const X& x, const T* (&x_row)[N]) {
-    for (int n = 0; n < N; ++n) x_row[n] = x.data() + n * x.outerStride();
+/// row[i] = the start of row (first + i) of the row-major m.
+template <int N, typename T, typename M>
+void row_pointers(const M& m, Index first, const T* (&row)[N]) {
+    for (int i = 0; i < N; ++i) row[i] = m.data() + (first + i) * m.outerStride();
 }
 
 /// Weight rows [j_begin, j_end) against N (<= 4) x rows over the whole inner dimension: R rows at a
@@ -102,11 +103,11 @@ void few_rows_dot_rows(const X& x, const W& w, Out& out, Index j_begin, Index j_
     constexpr Index kStreamAhead = 512 / sizeof(T);  // W rows are streamed: ask for them 512 bytes ahead
     const Index depth = x.cols(), full = depth / P * P;
     const T* x_row[N];
-    row_pointers(x, x_row);
+    row_pointers(x, 0, x_row);
     const auto run = [&](auto rows, Index j) {
         constexpr int kRows = decltype(rows)::value;
         const T* w_row[kRows];
-        for (int r = 0; r < kRows; ++r) w_row[r] = w.data() + (j + r) * w.outerStride();
+        row_pointers(w, j, w_row);
         Packet acc[kRows][N];
         for (auto& row : acc) std::fill(row, row + N, Eigen::internal::pset1<Packet>(T(0)));
         accumulate_dots(x_row, w_row, 0, full, kStreamAhead, depth, acc);
@@ -134,12 +135,12 @@ void few_rows_dot_chunks(const X& x, const W& w, Out& out, Index j_begin, Index 
     const Index depth = x.cols(), full = depth / P * P;
     eigen_assert(j_end - j_begin <= kWideGroupBlock);
     const T* x_row[N];
-    row_pointers(x, x_row);
+    row_pointers(x, 0, x_row);
     Packet parked[kWideGroupBlock][N];  // filled by the first chunk
     const auto run = [&](auto rows, Index j, Index k_begin, Index k_end) {
         constexpr int kRows = decltype(rows)::value;
         const T* w_row[kRows];
-        for (int r = 0; r < kRows; ++r) w_row[r] = w.data() + (j + r) * w.outerStride();
+        row_pointers(w, j, w_row);
         Packet acc[kRows][N];
         for (int r = 0; r < kRows; ++r) {
             if (k_begin == 0) {
