@@ -272,6 +272,33 @@ TEST_CASE("heads stay on one thread when their work is below min_parallel_flops 
 #endif
 }
 
+TEST_CASE("a decode step's heads count the bytes of keys and values they read as work", "[layers][attention][threads]") {
+    // bench_decode's DIFF model: D 256, 4 heads of two 32-wide maps, value heads of 64. Per key a
+    // query row multiplies 8 query maps of 32 and 8 maps' probabilities by 64 values: 768 products.
+    const AttentionConfig diff = make(AttentionKind::diff, 256, 4, 4);
+    REQUIRE(diff.k_width() + diff.v_width() == 512);  // floats of keys and values per cached token
+    // A prefill's heads: 2 N S x 768 flops, whatever they read.
+    CHECK(detail::heads_work(diff, 64, 64, 4) == 2.0 * 64 * 64 * 768);
+    // One token over 2048 cached ones: 3.1 MFLOP, below two threads' worth, but 4 MB of keys and
+    // values to read, which two threads read faster than one.
+    const double products = 2.0 * 2048 * 768;
+    CHECK(detail::threads_for_work(2, products) == 1);
+    CHECK(detail::heads_work(diff, 1, 2048, 4) == detail::kFlopsPerByteRead * 2048 * 512 * 4);
+    CHECK(detail::threads_for_work(2, detail::heads_work(diff, 1, 2048, 4)) == 2);
+    // Half the bytes in an f16 cache; a short context stays on one thread.
+    CHECK(detail::heads_work(diff, 1, 2048, 2) == detail::kFlopsPerByteRead * 2048 * 512 * 2);
+    CHECK(detail::threads_for_work(2, detail::heads_work(diff, 1, 256, 4)) == 1);
+    // A chunk of a few rows reads the same bytes; past about 5 rows its products weigh more.
+    CHECK(detail::heads_work(diff, 2, 2048, 4) == detail::kFlopsPerByteRead * 2048 * 512 * 4);
+    CHECK(detail::heads_work(diff, 7, 2048, 4) == 2.0 * 7 * 2048 * 768);
+    // From kMinPackedRows rows on, only the products count, even where the bytes would weigh more
+    // (softmax, keys and values in double: 64 doubles per token against 64 products per row).
+    const AttentionConfig softmax = make(AttentionKind::softmax, 32, 4, 4);
+    REQUIRE(softmax.k_width() + softmax.v_width() == 64);
+    CHECK(detail::heads_work(softmax, 8, 100, 8) == 2.0 * 8 * 100 * 64);
+    CHECK(detail::heads_work(softmax, 7, 100, 8) == detail::kFlopsPerByteRead * 100 * 64 * 8);
+}
+
 TEST_CASE("GQA pairing conventions differ for rep > 1 and coincide for rep = 1", "[layers][attention]") {
     for (Index kv_heads : {Index(2), Index(4)}) {
         AttentionConfig per_head = make(AttentionKind::diff, 64, 4, kv_heads, 1);

@@ -36,6 +36,11 @@ inline int available_threads(int requested) {
 /// (docs/benchmarks.md). Calls of a few MFLOP per thread stay on the calling thread.
 inline constexpr double kMinParallelFlopsPerThread = 4e6;
 
+/// What streaming one byte from memory costs, in flops: a core does about this many in the time it
+/// reads one byte at the memory's rate (docs/benchmarks.md, "Decode-time projections"). Work bound by
+/// its reads (a decode step's projections and heads) counts this per byte when choosing threads.
+inline constexpr double kFlopsPerByteRead = 4.0;
+
 /// Threads worth starting for `flops` of work split over independent tasks: `requested` (at least
 /// 1), but no more than one per `min_flops_per_thread`, so small calls stay on the calling thread
 /// (min_flops_per_thread = 0: always `requested`). Only the thread count changes, so callers whose

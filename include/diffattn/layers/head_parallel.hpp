@@ -13,6 +13,7 @@
 #include "diffattn/kernels/tiling.hpp"
 #include "diffattn/layers/attention_config.hpp"
 
+#include <algorithm>
 #include <vector>
 
 namespace diffattn::detail {
@@ -22,6 +23,20 @@ namespace diffattn::detail {
 /// of fewer than kMinPackedRows rows whose heads do not share evenly over the threads.
 inline bool split_heads_over_keys(Index n_heads, Index seq_len_q, int threads) {
     return threads > 1 && seq_len_q < kMinPackedRows && n_heads % threads != 0;
+}
+
+/// About how much work the heads of one sequence's call do, in flops, for choosing threads:
+/// 2 N S (q_width + maps x value_dim) for the products (Q K^T of every query map, P V of every map;
+/// a differential head's two maps each multiply V). A call of fewer than kMinPackedRows rows (a
+/// decode step) is bound by reading its keys and values instead, as a few-rows projection is by
+/// its weights, so it counts at least kFlopsPerByteRead per byte of them.
+inline double heads_work(const AttentionConfig& config, Index rows, Index keys, Index stored_scalar_bytes) {
+    const double products = 2.0 * static_cast<double>(rows) * static_cast<double>(keys) *
+                            static_cast<double>(config.q_width() + config.n_query_maps() * config.value_dim());
+    if (rows >= kMinPackedRows) return products;
+    const double bytes = static_cast<double>(keys) * static_cast<double>(config.k_width() + config.v_width()) *
+                         static_cast<double>(stored_scalar_bytes);
+    return std::max(products, kFlopsPerByteRead * bytes);
 }
 
 /// g: how many heads in a row read the same key maps and value heads (grouped-query attention),

@@ -25,9 +25,9 @@ inline Index linear_block(Index extent, Index target, Index multiple) {
 /// products still give 8-64 blocks to share out. 16 features: a whole AVX-512 packet of floats.
 inline constexpr Index kLinearBlockTarget = 512;
 inline constexpr Index kLinearFeatureMultiple = 16;
-/// What reading one weight from memory costs, in flops: a core does about this many in the time
-/// it streams one 4-byte weight (docs/benchmarks.md, "Decode-time projections").
-inline constexpr double kFlopsPerWeightRead = 16.0;
+/// What reading one weight from memory costs, in flops: kFlopsPerByteRead for each of a float's 4
+/// bytes (kept for double too, whose few-rows products are rarer).
+inline constexpr double kFlopsPerWeightRead = 4 * kFlopsPerByteRead;
 }  // namespace detail
 
 /// y = x W^T for a weight stored as [out_features x in_features] (nn.Linear, no bias).

@@ -315,16 +315,13 @@ private:
         const Index n_heads = config_.n_heads;
         const bool subln = config_.has_subln();
         const T output_scale = static_cast<T>(config_.output_scale());
-        // About 2 N S (q_width + maps x value_dim) flops per sequence: Q K^T of every query map, and
-        // P V of every map (a differential head's two maps each multiply V).
-        double flops = 0;
+        double work = 0;  // flops, as detail::heads_work counts them
         Index most_rows = 0, fewest_keys = std::numeric_limits<Index>::max();
         for (Index s = 0; s < count; ++s) {
             const auto rows_of_s = sequence(s);
-            const Index rows = rows_of_s.rows;
-            fewest_keys = std::min(fewest_keys, rows_of_s.cache.length + rows);
-            flops += 2.0 * static_cast<double>(rows) * static_cast<double>(rows_of_s.cache.length + rows) *
-                     static_cast<double>(config_.q_width() + config_.n_query_maps() * config_.value_dim());
+            const Index rows = rows_of_s.rows, keys = rows_of_s.cache.length + rows;
+            fewest_keys = std::min(fewest_keys, keys);
+            work += detail::heads_work(config_, rows, keys, sizeof(typename decltype(rows_of_s)::Stored));
             most_rows = std::max(most_rows, rows);
         }
         // Replacement kernels may communicate: their calls come in the same order on every rank.
@@ -336,7 +333,7 @@ private:
         const bool grouped = most_rows == 1 && fewest_keys >= kv_group_ && scratch.kernels == nullptr;
         const Index group = grouped ? kv_group_ : 1;
         const Index tasks = n_heads / group;  // per sequence
-        detail::for_each_head(count * tasks, most_rows * group, flops, heads_context, scratch.workspaces,
+        detail::for_each_head(count * tasks, most_rows * group, work, heads_context, scratch.workspaces,
                               [&](Index task, AttentionWorkspace<T>& workspace, int kernel_threads) {
                                   const Index h = task % tasks;
                                   const auto call = head_context(sequence(task / tasks), scratch, group);
