@@ -20,23 +20,34 @@
 
 namespace diffattn::detail {
 
-/// Pass 1 over the keys [keys.begin, keys.end) the rows [q_begin, q_begin + q_rows) see: their
-/// logits of one map into the same columns of `kept` [q_rows x S], folded into `statistics` (value
-/// width 0: only the row max and sum).
-template <typename T, typename Logits, typename Mask>
-void keep_map_logits(Logits& logits, const Mask& mask, Index q_begin, Index q_rows,
-                     Eigen::Map<RowMatrix<T>>& kept, BlockScratch<T>& scratch, OnlineSoftmaxState<T>& statistics,
-                     KeyRange keys) {
-    statistics.reset(q_rows, 0);
+/// One map of pass 1: its logits policy, where its logits are kept ([q_rows x S], the call's rows
+/// in the same columns as their keys), and its row max and sum.
+template <typename T, typename Logits>
+struct MapToKeep {
+    Logits& logits;
+    Eigen::Map<RowMatrix<T>>& kept;
+    OnlineSoftmaxState<T>& statistics;
+};
+
+/// Pass 1 over the keys [keys.begin, keys.end) the rows [q_begin, q_begin + q_rows) see, for each
+/// of `maps`: its logits kept, and folded into its statistics (value width 0: only the row max and
+/// sum). The maps take each key tile in turn, so two maps over the same keys (DIFF V2's two query
+/// heads of one kv head) read them from memory once.
+template <typename T, typename Logits, std::size_t M, typename Mask>
+void keep_map_logits(const std::array<MapToKeep<T, Logits>, M>& maps, const Mask& mask, Index q_begin, Index q_rows,
+                     BlockScratch<T>& scratch, KeyRange keys) {
+    for (const MapToKeep<T, Logits>& map : maps) map.statistics.reset(q_rows, 0);
     const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
     for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kKeyTile) {
         const Index k_count = std::min(kKeyTile, visit_end - k_begin);
-        auto tile = scratch.logits.topLeftCorner(q_rows, k_count);  // padded rows, as fold() needs
-        logits(q_begin, q_begin, k_begin, tile, nullptr, scratch.key_tile);
-        kept.middleCols(k_begin, k_count) = tile;
         const bool masked = k_begin + k_count > block_unmasked_end(mask, q_begin);
-        statistics.fold(0, tile, masked,
-                        [&](Index r) { return visible_keys_in_tile(mask, q_begin + r, k_begin, k_count); });
+        for (const MapToKeep<T, Logits>& map : maps) {
+            auto tile = scratch.logits.topLeftCorner(q_rows, k_count);  // padded rows, as fold() needs
+            map.logits(q_begin, q_begin, k_begin, tile, nullptr, scratch.key_tile);
+            map.kept.middleCols(k_begin, k_count) = tile;
+            map.statistics.fold(0, tile, masked,
+                                [&](Index r) { return visible_keys_in_tile(mask, q_begin + r, k_begin, k_count); });
+        }
     }
 }
 
@@ -116,16 +127,17 @@ void multiply_values_once(const std::array<KeptMap<T>, M>& maps, const Mask& mas
 
 /// Pass 1 of a call of q_rows < kMinPackedRows rows, all of them, over the keys of S = seq_len_kv:
 /// s Q1 K1^T and s Q2 K2^T kept in the workspace (stored_logits maps 0 and 1), their row max and
-/// sum in scratch.states[0] and [1], the keys split over `threads` threads.
+/// sum in scratch.states[0] and [1], the keys split over `threads` threads, tile by tile.
 template <typename T, typename S, typename Mask>
 void keep_two_maps(const DotProductLogits<T, S>& logits1, const DotProductLogits<T, S>& logits2, const Mask& mask,
                    Index q_rows, Index seq_len_kv, int threads, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch) {
     Eigen::Map<RowMatrix<T>> kept1 = ws.stored_logits(q_rows, seq_len_kv, 0);
     Eigen::Map<RowMatrix<T>> kept2 = ws.stored_logits(q_rows, seq_len_kv, 1);
+    using Map = MapToKeep<T, const DotProductLogits<T, S>>;
     fold_key_runs<2>(mask, 0, q_rows, threads, ws, scratch, {&scratch.states[0], &scratch.states[1]},
                      [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
-                         keep_map_logits<T>(logits1, mask, 0, q_rows, kept1, mine, *states[0], keys);
-                         keep_map_logits<T>(logits2, mask, 0, q_rows, kept2, mine, *states[1], keys);
+                         const std::array<Map, 2> maps{Map{logits1, kept1, *states[0]}, Map{logits2, kept2, *states[1]}};
+                         keep_map_logits(maps, mask, 0, q_rows, mine, keys);
                      });
 }
 

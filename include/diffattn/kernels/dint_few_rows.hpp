@@ -62,7 +62,9 @@ void dint_softmax_few_rows(const DotProductLogits<T, S>& logits1, const DotProdu
     IntegralLogits<T, Mask, StoredLogits<T>> integral_logits(a1, column_sum, rows_before);
     fold_key_runs<1>(mask, 0, q_rows, threads, ws, scratch, {&integral_statistics},
                      [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
-                         keep_map_logits<T>(integral_logits, mask, 0, q_rows, kept_integral, mine, *states[0], keys);
+                         using Map = MapToKeep<T, decltype(integral_logits)>;
+                         keep_map_logits(std::array<Map, 1>{Map{integral_logits, kept_integral, *states[0]}}, mask, 0,
+                                         q_rows, mine, keys);
                      });
     // 3. One pass over V with the three maps' weights combined.
     const std::array<KeptMap<T>, 3> maps{KeptMap<T>{kept1, statistics1, T(1), {}},
