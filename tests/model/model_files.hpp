@@ -149,13 +149,12 @@ inline std::vector<std::filesystem::path> refused_checkpoint_dirs() { return tes
 }  // namespace model_test
 
 // ---------------------------------------------------------------------------------------------
-// Instantiated once for the whole test_model executable, in support_instances_float.cpp and
-// support_instances_double.cpp (library test_model_support): the model's class templates in float
-// and double, every member. Every TU of test_model sees these `extern template` declarations
-// (DIFFATTN_TEST_SUPPORT_MODEL is a usage requirement of that library), so the members it calls
-// that are not inlined are compiled once instead of once per TU. Executables that do not link the
-// library (the *_nomalloc ones, other folders' tests including this header) instantiate them as
-// usual.
+// Instantiated once for the whole test_model executable, in support_instances.cpp (library
+// test_model_support): the model's class templates in float and double, every member. Every TU
+// of test_model sees these `extern template` declarations (DIFFATTN_TEST_SUPPORT_MODEL is a usage
+// requirement of that library), so the members it calls that are not inlined are compiled once
+// instead of once per TU. Executables that do not link the library (the *_nomalloc ones, other
+// folders' tests including this header) instantiate them as usual.
 // ---------------------------------------------------------------------------------------------
 #define DIFFATTN_TEST_MODEL_INSTANCES(PREFIX, T)                                      \
     PREFIX template class diffattn::DecoderModel<T>;                                 \
