@@ -63,8 +63,8 @@ void dint_softmax_few_rows(const DotProductLogits<T, S>& logits1, const DotProdu
     fold_key_runs<1>(mask, 0, q_rows, threads, ws, scratch, {&integral_statistics},
                      [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
                          using Map = MapToKeep<T, decltype(integral_logits)>;
-                         keep_map_logits(std::array<Map, 1>{Map{integral_logits, kept_integral, *states[0]}}, mask, 0,
-                                         q_rows, mine, keys);
+                         const std::array<Map, 1> maps{Map{integral_logits, kept_integral, *states[0]}};
+                         keep_map_logits(maps, mask, 0, q_rows, mine, keys);
                      });
     // 3. One pass over V with the three maps' weights combined.
     const std::array<KeptMap<T>, 3> maps{KeptMap<T>{kept1, statistics1, T(1), {}},
