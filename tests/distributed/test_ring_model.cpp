@@ -1,6 +1,6 @@
 // A decoder model's forward across ranks (include/diffattn/distributed/ring_model.hpp) gives the
 // logits of one process, for every attention kind and DINT integral, causal and encoder models.
-#include "../model/small_configs.hpp"
+#include "../model/model_files.hpp"  // small_configs.hpp, and the model instantiated once (test_model_support)
 
 #include "diffattn/distributed/ring_model.hpp"
 
