@@ -101,7 +101,8 @@ public:
         // few rows: kernels/dint_few_rows.hpp), each in up to kKeySegmentsPerThread runs per thread.
         const auto parts = static_cast<std::size_t>(t > 1 ? 3 * kKeySegmentsPerThread * t : 0);
         if (key_split_parts_.size() < parts) key_split_parts_.resize(parts);
-        for (auto& part : key_split_parts_) part.reserve(kMinPackedRows, value_dim);
+        // Twice the rows: DINT causal_mean keeps O1 = A1 V beside its output (multiply_values_once).
+        for (auto& part : key_split_parts_) part.reserve(2 * kMinPackedRows, value_dim);
     }
 
     /// Block scratch of thread `thread` (0 for a single-threaded call).

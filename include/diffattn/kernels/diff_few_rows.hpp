@@ -1,5 +1,5 @@
-// DIFF (and DIFF V2's gated pair) for a call of few query rows (a decode step: one token or a
-// small chunk), multiplying V once instead of once per map.
+// DIFF (and DIFF V2's gated pair, and the DIFF part of DINT's mean modes) for a call of few query
+// rows (a decode step: one token or a small chunk), multiplying V once instead of once per map.
 //
 // The grouped path keeps one online-softmax state per map and multiplies V by each map's
 // probabilities: two multiply-adds per value column, key and row. Once both maps' final row max
@@ -17,6 +17,8 @@
 #include "diffattn/kernels/key_split.hpp"
 
 #include <array>
+#include <cstddef>
+#include <type_traits>
 
 namespace diffattn::detail {
 
@@ -71,58 +73,86 @@ struct KeptMap {
 };
 
 /// Pass 2 over the keys [keys.begin, keys.end) that the rows [0, q_rows) see: acc [q_rows x dv]
-/// += (sum over maps of their weights) V.
-template <typename T, typename S, typename Mask, std::size_t M, typename Acc>
+/// += (sum over maps of their weights) V; and, unless `first_map` is null, first_map [q_rows x dv]
+/// += (maps[0]'s weights alone) V from the same value tile (DINT causal_mean's O1 = A1 V, whose
+/// rows its state sums: docs/math.md §2.3, §6).
+template <typename T, typename S, typename Mask, std::size_t M, typename Acc, typename FirstMap = std::nullptr_t>
 void weigh_values(const std::array<KeptMap<T>, M>& maps, const Mask& mask, Index q_rows, const ConstMatrixRef<S>& v,
-                  BlockScratch<T>& scratch, KeyRange keys, Acc&& acc) {
+                  BlockScratch<T>& scratch, KeyRange keys, Acc&& acc, FirstMap first_map = nullptr) {
+    constexpr bool kFirstMap = !std::is_same_v<FirstMap, std::nullptr_t>;
     const Index visit_end = std::min(keys.end, block_visit_end(mask, 0, q_rows));
     for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kKeyTile) {
         const Index k_count = std::min(kKeyTile, visit_end - k_begin);
         const auto values = few_rows_operand<T>(v, k_begin, k_count, scratch.value_tile);
         auto weights = scratch.logits.topLeftCorner(q_rows, k_count);
+        auto first_weights = scratch.logits.block(q_rows, 0, kFirstMap ? q_rows : 0, k_count);  // below them
         Index min_visible = k_count;
         for (Index r = 0; r < q_rows; ++r) {
             const Index n = visible_keys_in_tile(mask, r, k_begin, k_count);
             min_visible = std::min(min_visible, n);
             auto row = weights.row(r);
             row.setZero();
-            for (const KeptMap<T>& map : maps) {
+            if constexpr (kFirstMap) first_weights.row(r).setZero();
+            for (std::size_t m = 0; m < M; ++m) {
+                const KeptMap<T>& map = maps[m];
                 const T sum = map.statistics.row_sum(r);
                 if (n == 0 || sum == T(0)) continue;
-                row.head(n).array() += (map.factor * map.row_factors[r] / sum) *
-                                       (map.logits.row(r).segment(k_begin, n).array() - map.statistics.row_max(r)).exp();
+                const auto map_weights = (map.factor * map.row_factors[r] / sum) *
+                                         (map.logits.row(r).segment(k_begin, n).array() - map.statistics.row_max(r)).exp();
+                if constexpr (kFirstMap) {
+                    if (m == 0) {
+                        first_weights.row(r).head(n).array() = map_weights;
+                        row.head(n) += first_weights.row(r).head(n);
+                        continue;
+                    }
+                }
+                row.head(n).array() += map_weights;
             }
         }
         // Hidden keys weigh exact zeros, which is exact unless a hidden value row holds Inf/NaN.
         if (min_visible == k_count || all_finite(values)) {
             few_rows_accumulate(acc, weights, values);
+            if constexpr (kFirstMap) few_rows_accumulate(first_map, first_weights, values);
         } else {
             accumulate_visible_prefixes(mask, 0, k_begin, acc, weights, values);
+            if constexpr (kFirstMap) accumulate_visible_prefixes(mask, 0, k_begin, first_map, first_weights, values);
         }
     }
 }
 
 /// Pass 2 of a call of q_rows < kMinPackedRows rows, all of them: out = (sum over maps of their
-/// weights) V, the keys split over `threads` threads; each run adds its share into its own
-/// accumulator (the workspace's key_split_parts), and the runs add up in order.
-template <typename T, typename S, typename Mask, std::size_t M>
+/// weights) V, and first_map = maps[0]'s weights times V unless it is null (weigh_values), the keys
+/// split over `threads` threads; each run adds its share into its own accumulator (the workspace's
+/// key_split_parts: out's rows, then first_map's), and the runs add up in order.
+template <typename T, typename S, typename Mask, std::size_t M, typename FirstMap = std::nullptr_t>
 void multiply_values_once(const std::array<KeptMap<T>, M>& maps, const Mask& mask, Index q_rows,
                           const ConstMatrixRef<S>& v, int threads, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch,
-                          MatrixRef<T>& out) {
+                          MatrixRef<T>& out, FirstMap first_map = nullptr) {
+    constexpr bool kFirstMap = !std::is_same_v<FirstMap, std::nullptr_t>;
     assert(q_rows < kMinPackedRows && q_rows == out.rows());
     const KeyRuns runs = key_runs(mask, 0, q_rows, threads);
     if (runs.count <= 1) {
         out.setZero();
-        weigh_values(maps, mask, q_rows, v, scratch, KeyRange{}, out);
+        if constexpr (kFirstMap) first_map.setZero();
+        weigh_values(maps, mask, q_rows, v, scratch, KeyRange{}, out, first_map);
         return;
     }
     OnlineSoftmaxState<T>* parts = ws.key_split_parts().data();  // only their accumulators
     for_each_key_run(runs, threads, ws, [&](Index run, KeyRange keys, BlockScratch<T>& mine) {
-        parts[run].reset(q_rows, v.cols());
-        weigh_values(maps, mask, q_rows, v, mine, keys, parts[run].accumulator_rows(0, q_rows));
+        parts[run].reset(kFirstMap ? 2 * q_rows : q_rows, v.cols());
+        if constexpr (kFirstMap) {
+            weigh_values(maps, mask, q_rows, v, mine, keys, parts[run].accumulator_rows(0, q_rows),
+                         parts[run].accumulator_rows(q_rows, q_rows));
+        } else {
+            weigh_values(maps, mask, q_rows, v, mine, keys, parts[run].accumulator_rows(0, q_rows));
+        }
     });
     out = parts[0].accumulator_rows(0, q_rows);
     for (Index run = 1; run < runs.count; ++run) out += parts[run].accumulator_rows(0, q_rows);
+    if constexpr (kFirstMap) {
+        first_map = parts[0].accumulator_rows(q_rows, q_rows);
+        for (Index run = 1; run < runs.count; ++run) first_map += parts[run].accumulator_rows(q_rows, q_rows);
+    }
 }
 
 /// Pass 1 of a call of q_rows < kMinPackedRows rows, all of them, over the keys of S = seq_len_kv:

@@ -6,7 +6,8 @@
 //                   the tiled core whose logits policy rebuilds A1 tiles from map 1's final
 //                   {m, l} and turns them into G rows with O(S) running column sums.
 // Here: the logits policies of the causal_softmax pass (A1Tiles, IntegralLogits), the compensated
-// sum of the mean modes (KahanSum) and the mean modes themselves (dint_mean_integral).
+// sum of the mean modes (KahanSum) and the mean modes themselves (dint_mean_integral; a call of few
+// rows takes diff_few_rows.hpp's passes, with O1 from the same value tiles).
 // dint_attention.hpp runs the causal_softmax pass, on several threads through dint_schedule.hpp.
 #pragma once
 
@@ -170,23 +171,40 @@ void dint_mean_integral(const DotProductLogits<T, S>& logits1, const DotProductL
     const int key_threads = key_split_threads(seq_len_q, resolved.threads);
     for_each_query_group(seq_len_q, resolved.threads, mask, ws, [&](Index group_begin, Index group_rows,
                                                                      BlockScratch<T>& scratch) {
-        differential_block(logits1, logits2, mask, group_begin, group_rows, v, lambda, ws, scratch, key_threads, out);
-        const OnlineSoftmaxState<T>& map1 = scratch.states[0];  // the group's rows
         // Sums per block rather than per group: a row's in-block running sum then adds at most
         // kQueryTile terms. Groups and blocks are fixed runs of rows, so the sums do not depend on
-        // the thread count.
-        for (Index b_offset = 0; b_offset < group_rows; b_offset += kQueryTile) {
-            const Index q_begin = group_begin + b_offset, q_rows = std::min(kQueryTile, group_rows - b_offset);
-            KahanSum<Wide> sum = block_sum(q_begin / kQueryTile);
-            sum.set_zero();
-            for (Index r = 0; r < q_rows; ++r) {
-                sum.add(map1.normalized_row(b_offset + r));
-                // docs/math.md §1: a query allowed no key gets an all-zero row (the DIFF part already is).
-                if (causal && mask.key_end(q_begin + r) > 0) {
-                    out.row(q_begin + r) += (row_weight(q_begin + r) * sum.sum().transpose()).template cast<T>();
+        // the thread count. o1_row(r): O1's row r of the group.
+        const auto add_block_sums = [&](const auto& o1_row) {
+            for (Index b_offset = 0; b_offset < group_rows; b_offset += kQueryTile) {
+                const Index q_begin = group_begin + b_offset, q_rows = std::min(kQueryTile, group_rows - b_offset);
+                KahanSum<Wide> sum = block_sum(q_begin / kQueryTile);
+                sum.set_zero();
+                for (Index r = 0; r < q_rows; ++r) {
+                    sum.add(o1_row(b_offset + r));
+                    // docs/math.md §1: a query allowed no key gets an all-zero row (the DIFF part already is).
+                    if (causal && mask.key_end(q_begin + r) > 0) {
+                        out.row(q_begin + r) += (row_weight(q_begin + r) * sum.sum().transpose()).template cast<T>();
+                    }
                 }
             }
+        };
+        if (group_begin == 0 && group_rows < kMinPackedRows) {
+            // A call of few rows (a decode step): diff_few_rows' passes, reading K1, K2 and V once,
+            // with O1 = A1 V from the same value tiles, into the integral map's unused state.
+            OnlineSoftmaxState<T>& o1 = scratch.states[2];
+            o1.reset(group_rows, value_dim);
+            keep_two_maps(logits1, logits2, mask, group_rows, v.rows(), key_threads, ws, scratch);
+            const Eigen::Map<RowMatrix<T>> kept1 = ws.stored_logits(group_rows, v.rows(), 0);
+            const Eigen::Map<RowMatrix<T>> kept2 = ws.stored_logits(group_rows, v.rows(), 1);
+            const std::array<KeptMap<T>, 2> maps{KeptMap<T>{kept1, scratch.states[0], T(1), {}},
+                                                 KeptMap<T>{kept2, scratch.states[1], -lambda, {}}};
+            multiply_values_once(maps, mask, group_rows, v, key_threads, ws, scratch, out, o1.accumulator_rows(0, group_rows));
+            add_block_sums([&](Index r) { return o1.accumulator_rows(0, group_rows).row(r); });
+            return;
         }
+        differential_block(logits1, logits2, mask, group_begin, group_rows, v, lambda, ws, scratch, key_threads, out);
+        const OnlineSoftmaxState<T>& map1 = scratch.states[0];  // the group's rows
+        add_block_sums([&](Index r) { return map1.normalized_row(r); });
     });
 
     // Block b's row becomes the sum of the O1 rows of every earlier row (history and blocks < b).
