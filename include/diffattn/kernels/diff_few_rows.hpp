@@ -97,8 +97,9 @@ void weigh_values(const std::array<KeptMap<T>, M>& maps, const Mask& mask, Index
                 const KeptMap<T>& map = maps[m];
                 const T sum = map.statistics.row_sum(r);
                 if (n == 0 || sum == T(0)) continue;
-                const auto map_weights = (map.factor * map.row_factors[r] / sum) *
-                                         (map.logits.row(r).segment(k_begin, n).array() - map.statistics.row_max(r)).exp();
+                const T coefficient = map.factor * map.row_factors[r] / sum;
+                const auto logits = map.logits.row(r).segment(k_begin, n).array();
+                const auto map_weights = coefficient * (logits - map.statistics.row_max(r)).exp();
                 if constexpr (kFirstMap) {
                     if (m == 0) {
                         first_weights.row(r).head(n).array() = map_weights;

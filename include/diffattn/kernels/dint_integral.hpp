@@ -198,7 +198,8 @@ void dint_mean_integral(const DotProductLogits<T, S>& logits1, const DotProductL
             const Eigen::Map<RowMatrix<T>> kept2 = ws.stored_logits(group_rows, v.rows(), 1);
             const std::array<KeptMap<T>, 2> maps{KeptMap<T>{kept1, scratch.states[0], T(1), {}},
                                                  KeptMap<T>{kept2, scratch.states[1], -lambda, {}}};
-            multiply_values_once(maps, mask, group_rows, v, key_threads, ws, scratch, out, o1.accumulator_rows(0, group_rows));
+            multiply_values_once(maps, mask, group_rows, v, key_threads, ws, scratch, out,
+                                 o1.accumulator_rows(0, group_rows));
             add_block_sums([&](Index r) { return o1.accumulator_rows(0, group_rows).row(r); });
             return;
         }

@@ -53,15 +53,16 @@ EIGEN_ALWAYS_INLINE void prefetch_line(const T* p) {
 }
 
 /// acc[r][n] += the packets of w row r times x row n over [k_begin, k_end), whole packets, asking
-/// for each W row's element `ahead` further on (never past `depth`, the row's length).
-template <int R, int N, typename Packet, typename T>
+/// for the line at ahead(r, k) at each packet of W row r: W's data to come (the same row further on,
+/// or the next block's rows), so that memory streams while the packets multiply.
+template <int R, int N, typename Packet, typename T, typename Ahead>
 EIGEN_ALWAYS_INLINE void accumulate_dots(const T* const (&x_row)[N], const T* const (&w_row)[R], Index k_begin,
-                                         Index k_end, Index ahead, Index depth, Packet (&acc)[R][N]) {
+                                         Index k_end, const Ahead& ahead, Packet (&acc)[R][N]) {
     constexpr Index P = Eigen::internal::unpacket_traits<Packet>::size;
     for (Index k = k_begin; k < k_end; k += P) {
         Packet w_packet[R];
         for (int r = 0; r < R; ++r) {
-            prefetch_line(w_row[r] + std::min(k + ahead, depth - 1));
+            prefetch_line(ahead(r, k));
             w_packet[r] = Eigen::internal::ploadu<Packet>(w_row[r] + k);
         }
         for (int n = 0; n < N; ++n) {
@@ -110,7 +111,8 @@ void few_rows_dot_rows(const X& x, const W& w, Out& out, Index j_begin, Index j_
         row_pointers(w, j, w_row);
         Packet acc[kRows][N];
         for (auto& row : acc) std::fill(row, row + N, Eigen::internal::pset1<Packet>(T(0)));
-        accumulate_dots(x_row, w_row, 0, full, kStreamAhead, depth, acc);
+        const auto ahead = [&](int r, Index k) { return w_row[r] + std::min(k + kStreamAhead, depth - 1); };
+        accumulate_dots(x_row, w_row, 0, full, ahead, acc);  // the same row, 512 bytes on
         store_dots(x_row, w_row, full, depth, acc, out, j);
     };
     Index j = j_begin;
@@ -126,8 +128,10 @@ inline constexpr Index kWideGroupBlock = 48;
 /// inner dimension: each chunk of x (2 KB a row) stays in L1 while every weight row of the block
 /// multiplies it, R rows at a time, their accumulators parked between chunks. Parking stores the
 /// packets unchanged, so each output is the same dot product as over the whole inner dimension.
+/// Each chunk asks for the next chunk of its rows, the last for the first chunk of the rows
+/// kWideGroupBlock further on (the next block), if below `prefetch_end`.
 template <int N, typename T, typename X, typename W, typename Out>
-void few_rows_dot_chunks(const X& x, const W& w, Out& out, Index j_begin, Index j_end) {
+void few_rows_dot_chunks(const X& x, const W& w, Out& out, Index j_begin, Index j_end, Index prefetch_end) {
     using Packet = typename Eigen::internal::packet_traits<T>::type;
     constexpr Index P = Eigen::internal::packet_traits<T>::size;
     constexpr Index kChunk = std::max<Index>(P, Index(2048) / Index(sizeof(T)) / P * P);
@@ -149,7 +153,18 @@ void few_rows_dot_chunks(const X& x, const W& w, Out& out, Index j_begin, Index 
                 std::copy(parked[j - j_begin + r], parked[j - j_begin + r] + N, acc[r]);
             }
         }
-        accumulate_dots(x_row, w_row, k_begin, k_end, kChunk, depth, acc);
+        const T* next_block_row[kRows];  // the row kWideGroupBlock further on, or the row itself
+        for (int r = 0; r < kRows; ++r) {
+            const Index next = j + r + kWideGroupBlock;
+            next_block_row[r] = next < prefetch_end ? w.data() + next * w.outerStride() : w_row[r];
+        }
+        const bool last_chunk = k_end == full;
+        accumulate_dots(x_row, w_row, k_begin, k_end,
+                        [&](int r, Index k) {
+                            return last_chunk ? next_block_row[r] + (k - k_begin)  // its first chunk
+                                              : w_row[r] + std::min(k + kChunk, depth - 1);  // the next chunk
+                        },
+                        acc);
         if (k_end == full) {
             store_dots(x_row, w_row, full, depth, acc, out, j);
         } else {
@@ -185,7 +200,7 @@ void few_rows_linear(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, Mat
                 if constexpr (kFewRowsWideGroups) {
                     for (Index j = b; j < b_end; j += kWideGroupBlock) {
                         few_rows_dot_chunks<decltype(kRows)::value, T>(rows, w, into, j,
-                                                                       std::min(b_end, j + kWideGroupBlock));
+                                                                       std::min(b_end, j + kWideGroupBlock), f_end);
                     }
                 }
             };
