@@ -175,18 +175,20 @@ void keep_two_maps(const DotProductLogits<T, S>& logits1, const DotProductLogits
 /// out = (A1 - diag(factor2) A2) V for a call of q_rows < kMinPackedRows query rows, all of them
 /// (the file comment's two passes), on `threads` threads: factor2[r] = lambda for DIFF, row r's gate
 /// for DIFF V2 (lambda 1, `gates`; docs/math.md §3.4); the workspace reserved for q_rows x S (its
-/// stored_logits) and for the key split.
-template <typename T, typename S, typename Mask>
+/// stored_logits) and for the key split. Unless `first_map` is null it also gets O1 = A1 V
+/// [q_rows x dv] (DINT's mean modes, multiply_values_once).
+template <typename T, typename S, typename Mask, typename FirstMap = std::nullptr_t>
 void diff_few_rows(const DotProductLogits<T, S>& logits1, const DotProductLogits<T, S>& logits2, const Mask& mask,
                    const ConstMatrixRef<S>& v, T lambda, RowFactors<T> gates, Index q_rows, int threads,
-                   AttentionWorkspace<T>& ws, BlockScratch<T>& scratch, MatrixRef<T>& out) {
+                   AttentionWorkspace<T>& ws, BlockScratch<T>& scratch, MatrixRef<T>& out,
+                   FirstMap first_map = nullptr) {
     assert(q_rows < kMinPackedRows && q_rows == out.rows());
     keep_two_maps(logits1, logits2, mask, q_rows, v.rows(), threads, ws, scratch);
     const Eigen::Map<RowMatrix<T>> kept1 = ws.stored_logits(q_rows, v.rows(), 0);
     const Eigen::Map<RowMatrix<T>> kept2 = ws.stored_logits(q_rows, v.rows(), 1);
     const std::array<KeptMap<T>, 2> maps{KeptMap<T>{kept1, scratch.states[0], T(1), {}},
                                          KeptMap<T>{kept2, scratch.states[1], -lambda, gates}};
-    multiply_values_once(maps, mask, q_rows, v, threads, ws, scratch, out);
+    multiply_values_once(maps, mask, q_rows, v, threads, ws, scratch, out, first_map);
 }
 
 }  // namespace diffattn::detail

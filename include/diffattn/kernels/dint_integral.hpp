@@ -193,13 +193,8 @@ void dint_mean_integral(const DotProductLogits<T, S>& logits1, const DotProductL
             // with O1 = A1 V from the same value tiles, into the integral map's unused state.
             OnlineSoftmaxState<T>& o1 = scratch.states[2];
             o1.reset(group_rows, value_dim);
-            keep_two_maps(logits1, logits2, mask, group_rows, v.rows(), key_threads, ws, scratch);
-            const Eigen::Map<RowMatrix<T>> kept1 = ws.stored_logits(group_rows, v.rows(), 0);
-            const Eigen::Map<RowMatrix<T>> kept2 = ws.stored_logits(group_rows, v.rows(), 1);
-            const std::array<KeptMap<T>, 2> maps{KeptMap<T>{kept1, scratch.states[0], T(1), {}},
-                                                 KeptMap<T>{kept2, scratch.states[1], -lambda, {}}};
-            multiply_values_once(maps, mask, group_rows, v, key_threads, ws, scratch, out,
-                                 o1.accumulator_rows(0, group_rows));
+            diff_few_rows(logits1, logits2, mask, v, lambda, RowFactors<T>{}, group_rows, key_threads, ws, scratch, out,
+                          o1.accumulator_rows(0, group_rows));
             add_block_sums([&](Index r) { return o1.accumulator_rows(0, group_rows).row(r); });
             return;
         }

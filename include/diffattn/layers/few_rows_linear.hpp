@@ -165,7 +165,7 @@ void few_rows_dot_chunks(const X& x, const W& w, Out& out, Index j_begin, Index 
                                               : w_row[r] + std::min(k + kChunk, depth - 1);  // the next chunk
                         },
                         acc);
-        if (k_end == full) {
+        if (last_chunk) {
             store_dots(x_row, w_row, full, depth, acc, out, j);
         } else {
             for (int r = 0; r < kRows; ++r) std::copy(acc[r], acc[r] + N, parked[j - j_begin + r]);
