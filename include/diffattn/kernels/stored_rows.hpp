@@ -26,10 +26,12 @@ namespace diffattn::detail {
 inline constexpr Index kPrefetchAheadBytes = 4096;
 
 /// Asks for the cache lines of [p, p + bytes) kPrefetchAheadBytes ahead: the rows a loop will
-/// read next (a prefetch past the end of the rows is a hint the CPU drops, never a read).
+/// read next (a prefetch past the end of the rows is a hint the CPU drops, never a read). Into
+/// the L2 cache (T1), not L1: the loops read each line once, and a T0 prefetch's wait for L1's
+/// fill buffers stalled them (docs/benchmarks.md, "Prefetching into L2").
 inline void prefetch_ahead(const void* p, Index bytes) {
     const char* ahead = static_cast<const char*>(p) + kPrefetchAheadBytes;
-    for (Index b = 0; b < bytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T0);
+    for (Index b = 0; b < bytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T1);
 }
 #endif
 

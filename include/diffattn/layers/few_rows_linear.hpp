@@ -42,11 +42,12 @@ EIGEN_ALWAYS_INLINE void keep_in_register(Packet& packet) {
 }
 
 /// Asks for the cache line at p: Eigen's prefetch, except with GCC and Clang, whose builtin survives
-/// being inlined into an always-inline function (GCC 12 drops Eigen's there).
+/// being inlined into an always-inline function (GCC 12 drops Eigen's there), and asks for it into
+/// L2 (locality 2: T1), as the kernels' streams do (kernels/stored_rows.hpp's prefetch_ahead).
 template <typename T>
 EIGEN_ALWAYS_INLINE void prefetch_line(const T* p) {
 #if defined(__GNUC__) || defined(__clang__)
-    __builtin_prefetch(p);
+    __builtin_prefetch(p, 0, 2);
 #else
     Eigen::internal::prefetch(p);
 #endif
