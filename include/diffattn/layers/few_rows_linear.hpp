@@ -96,13 +96,15 @@ void row_pointers(const M& m, Index first, const T* (&row)[N]) {
 /// Weight rows [j_begin, j_end) against N (<= 4) x rows over the whole inner dimension: R rows at a
 /// time, R as many as the registers hold (R N accumulators, R weight packets and one x packet; 8
 /// rows for one or two x rows, so that as many weight rows stream from memory at once as in
-/// Eigen's matrix-vector product), then the odd rows.
+/// Eigen's matrix-vector product), then the odd rows. Each packet of a group asks for the packet at
+/// the same place in the next group's rows: a whole group ahead, where asking 512 bytes on in the
+/// same row left the first 512 bytes of every group unasked (a weight row is 1-3 KB in the bench
+/// model; docs/benchmarks.md, "Prefetching into L2").
 template <int N, typename T, typename X, typename W, typename Out>
 void few_rows_dot_rows(const X& x, const W& w, Out& out, Index j_begin, Index j_end) {
     using Packet = typename Eigen::internal::packet_traits<T>::type;
     constexpr Index P = Eigen::internal::packet_traits<T>::size;
     constexpr int R = kFewRowsWideGroups ? (N <= 2 ? 8 : 4) : 2;
-    constexpr Index kStreamAhead = 512 / sizeof(T);  // W rows are streamed: ask for them 512 bytes ahead
     const Index depth = x.cols(), full = depth / P * P;
     const T* x_row[N];
     row_pointers(x, 0, x_row);
@@ -112,8 +114,10 @@ void few_rows_dot_rows(const X& x, const W& w, Out& out, Index j_begin, Index j_
         row_pointers(w, j, w_row);
         Packet acc[kRows][N];
         for (auto& row : acc) std::fill(row, row + N, Eigen::internal::pset1<Packet>(T(0)));
-        const auto ahead = [&](int r, Index k) { return w_row[r] + std::min(k + kStreamAhead, depth - 1); };
-        accumulate_dots(x_row, w_row, 0, full, ahead, acc);  // the same row, 512 bytes on
+        // The next group's row r, or (the last group) row r itself, already on its way.
+        const Index next_group = (j + 2 * kRows <= j_end ? kRows : 0) * w.outerStride();
+        const auto ahead = [&](int r, Index k) { return w_row[r] + next_group + k; };
+        accumulate_dots(x_row, w_row, 0, full, ahead, acc);
         store_dots(x_row, w_row, full, depth, acc, out, j);
     };
     Index j = j_begin;
