@@ -116,6 +116,46 @@ TEST_CASE("few_rows_accumulate: probabilities times value rows, native build", "
     }
 }
 
+TEST_CASE("few_rows_accumulate with a second output: each output that of its own call, bit for bit, native build",
+          "[kernels][few_rows]") {
+    // DINT causal_mean's decode step takes O and O1 = A1 V from one sweep of each value tile
+    // (SecondProduct); each must be the single-output sum checked above, in the same order.
+    std::mt19937 rng(13);
+    std::normal_distribution<float> normal;
+    const auto check = [&](auto stored_scalar) {
+        using S = decltype(stored_scalar);
+        using StridedStored = Eigen::Ref<const RowMatrix<S>, 0, Eigen::OuterStride<>>;
+        for (Index dv : {1, 31, 64, 65, 200}) {
+            for (Index keys : {1, 17, 128}) {
+                for (Index rows : {1, 3}) {
+                    RowMatrix<S> v(keys, dv + 3);
+                    RowMatrix<float> p(rows, keys + 2), p2(rows, keys + 2), acc(rows, dv + 16), acc2(rows, dv + 16);
+                    for (Index i = 0; i < v.size(); ++i) v.data()[i] = static_cast<S>(normal(rng));
+                    for (RowMatrix<float>* m : {&p, &p2, &acc, &acc2}) {
+                        for (Index i = 0; i < m->size(); ++i) m->data()[i] = normal(rng);
+                    }
+                    RowMatrix<float> alone = acc, alone2 = acc2;
+                    const StridedStored values(v.leftCols(dv));
+                    if constexpr (detail::kFewRowsRead<float, S>) {
+                        detail::few_rows_accumulate(acc.leftCols(dv), p.leftCols(keys), values,
+                                                    detail::SecondProduct{acc2.leftCols(dv), p2.leftCols(keys)});
+                        detail::few_rows_accumulate(alone.leftCols(dv), p.leftCols(keys), values);
+                        detail::few_rows_accumulate(alone2.leftCols(dv), p2.leftCols(keys), values);
+                        INFO("dv " << dv << ", keys " << keys << ", rows " << rows);
+                        CHECK(acc == alone);  // the columns past dv too: untouched by both
+                        CHECK(acc2 == alone2);
+                    } else {
+                        SUCCEED("this ISA widens half-precision rows before the products (rows_as)");
+                    }
+                }
+            }
+        }
+    };
+    check(float{});
+    check(Eigen::half{});
+    check(Eigen::bfloat16{});
+}
+
 TEST_CASE("few-row products of half-precision keys and values equal those of their float values, bit for bit, "
           "native build",
           "[kernels][few_rows][half_kv]") {

@@ -112,8 +112,11 @@ void weigh_values(const std::array<KeptMap<T>, M>& maps, const Mask& mask, Index
         }
         // Hidden keys weigh exact zeros, which is exact unless a hidden value row holds Inf/NaN.
         if (min_visible == k_count || all_finite(values)) {
-            few_rows_accumulate(acc, weights, values);
-            if constexpr (kFirstMap) few_rows_accumulate(first_map, first_weights, values);
+            if constexpr (kFirstMap) {
+                few_rows_accumulate(acc, weights, values, SecondProduct{first_map, first_weights});  // one sweep
+            } else {
+                few_rows_accumulate(acc, weights, values);
+            }
         } else {
             accumulate_visible_prefixes(mask, 0, k_begin, acc, weights, values);
             if constexpr (kFirstMap) accumulate_visible_prefixes(mask, 0, k_begin, first_map, first_weights, values);

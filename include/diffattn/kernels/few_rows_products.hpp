@@ -20,6 +20,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <cstddef>
 #include <type_traits>
 
 #if defined(DIFFATTN_WIDEN16_MASKED) && !defined(EIGEN_DONT_VECTORIZE)
@@ -97,11 +98,16 @@ void scaled_key_dots(const float* query, const S* keys, Index stride, Index coun
     if (j < count) scaled_key_dots_step(query, keys + j * stride, stride, count - j, full, tail, scales, out + j);
 }
 
-/// acc[0, dv) += sum_j p[j] * (values row j) for j < count: values row-major with `stride`. The
-/// columns go 64 at a time (four vectors, `masks` the lanes inside dv), each held in registers over
-/// all the keys; the first sweep prefetches whole rows ahead.
-template <typename S>
-void accumulate_value_rows(const float* p, const S* values, Index stride, Index count, Index dv, float* acc) {
+/// acc[m][0, dv) += sum_j p[m][j] * (values row j) for j < count and each of the M (1 or 2) weight
+/// rows: values row-major with `stride`. The columns go 64 at a time (four vectors per output,
+/// `masks` the lanes inside dv), each held in registers over all the keys; the first sweep
+/// prefetches whole rows ahead. With M = 2 both outputs take each value packet from one load (DINT
+/// causal_mean's O and O1 = A1 V, diff_few_rows.hpp): the second sweep of the tile had cost most of
+/// the time of the first. Each output's sums are those of the M = 1 call, in the same order.
+template <int M, typename S>
+void accumulate_value_rows(const float* const (&p)[M], const S* values, Index stride, Index count, Index dv,
+                           float* const (&acc)[M]) {
+    static_assert(M == 1 || M == 2, "one or two weight rows");
     const Index row_bytes = dv * static_cast<Index>(sizeof(S));
     for (Index c = 0; c < dv; c += 64) {
         __mmask16 masks[4];
@@ -109,23 +115,33 @@ void accumulate_value_rows(const float* p, const S* values, Index stride, Index 
             const Index lanes = std::clamp<Index>(dv - c - 16 * i, 0, 16);
             masks[i] = static_cast<__mmask16>((1u << lanes) - 1u);
         }
-        __m512 sums[4];
-        for (int i = 0; i < 4; ++i) sums[i] = _mm512_maskz_loadu_ps(masks[i], acc + c + 16 * i);
+        __m512 sums[M][4];
+        for (int m = 0; m < M; ++m) {
+            for (int i = 0; i < 4; ++i) sums[m][i] = _mm512_maskz_loadu_ps(masks[i], acc[m] + c + 16 * i);
+        }
         const bool whole = dv - c >= 64;
         for (Index j = 0; j < count; ++j) {
             const S* row = values + j * stride;
             if (c == 0) prefetch_ahead(row, row_bytes);
-            const __m512 weight = _mm512_set1_ps(p[j]);
+            __m512 weight[M];
+            for (int m = 0; m < M; ++m) weight[m] = _mm512_set1_ps(p[m][j]);
             if (whole) {
 #pragma GCC unroll 4
-                for (int i = 0; i < 4; ++i) sums[i] = _mm512_fmadd_ps(widen16(row + c + 16 * i), weight, sums[i]);
+                for (int i = 0; i < 4; ++i) {
+                    const __m512 packet = widen16(row + c + 16 * i);
+                    for (int m = 0; m < M; ++m) sums[m][i] = _mm512_fmadd_ps(packet, weight[m], sums[m][i]);
+                }
             } else {
                 for (int i = 0; i < 4; ++i) {
-                    if (masks[i] != 0) sums[i] = _mm512_fmadd_ps(widen16(masks[i], row + c + 16 * i), weight, sums[i]);
+                    if (masks[i] == 0) continue;
+                    const __m512 packet = widen16(masks[i], row + c + 16 * i);
+                    for (int m = 0; m < M; ++m) sums[m][i] = _mm512_fmadd_ps(packet, weight[m], sums[m][i]);
                 }
             }
         }
-        for (int i = 0; i < 4; ++i) _mm512_mask_storeu_ps(acc + c + 16 * i, masks[i], sums[i]);
+        for (int m = 0; m < M; ++m) {
+            for (int i = 0; i < 4; ++i) _mm512_mask_storeu_ps(acc[m] + c + 16 * i, masks[i], sums[m][i]);
+        }
     }
 }
 #endif
@@ -178,26 +194,51 @@ void few_rows_logits(Tile&& tile, const Queries& queries, const Keys& keys, T sc
     }
 }
 
-/// acc [rows x dv] += probabilities [rows x keys] values [keys x dv], for few query rows: each row
-/// sweeps the value tile once (row-major, in cache after the first row).
-template <typename Acc, typename Probabilities, typename Values>
-void few_rows_accumulate(Acc&& acc, const Probabilities& p, const Values& values) {
+/// acc [rows x dv] += probabilities [rows x keys] values [keys x dv], for few query rows, and the
+/// same for `second` (acc2 += p2 values) unless it is null, from one sweep of the value tile per
+/// row (row-major, in cache after the first row).
+template <typename Acc, typename Probabilities, typename Values, typename Second = std::nullptr_t>
+void few_rows_accumulate(Acc&& acc, const Probabilities& p, const Values& values, Second&& second = nullptr) {
     using T = typename std::decay_t<Acc>::Scalar;
     using S = typename std::decay_t<Values>::Scalar;
+    constexpr bool kSecond = !std::is_same_v<std::decay_t<Second>, std::nullptr_t>;
     static_assert(kFewRowsRead<T, S>, "values in another scalar: widen them first (rows_as)");
 #if defined(DIFFATTN_FEW_ROWS_AVX512)
     if constexpr (std::is_same_v<T, float>) {
         static_assert(kRowMajor<Acc> && kRowMajor<Probabilities> && kRowMajor<Values>, "row-major operands");
         for (Index r = 0; r < acc.rows() && values.rows() > 0; ++r) {
-            accumulate_value_rows(p.data() + r * p.outerStride(), values.data(), values.outerStride(), values.rows(),
-                                  values.cols(), acc.data() + r * acc.outerStride());
+            const float* weights = p.data() + r * p.outerStride();
+            float* out = acc.data() + r * acc.outerStride();
+            if constexpr (kSecond) {
+                const float* both_weights[2] = {weights, second.p.data() + r * second.p.outerStride()};
+                float* both_out[2] = {out, second.acc.data() + r * second.acc.outerStride()};
+                accumulate_value_rows<2>(both_weights, values.data(), values.outerStride(), values.rows(),
+                                         values.cols(), both_out);
+            } else {
+                const float* one_weights[1] = {weights};
+                float* one_out[1] = {out};
+                accumulate_value_rows<1>(one_weights, values.data(), values.outerStride(), values.rows(),
+                                         values.cols(), one_out);
+            }
         }
     } else
 #endif
     {
         // Eigen's vector-matrix product per query row (no packing).
         for (Index r = 0; r < acc.rows(); ++r) acc.row(r).noalias() += p.row(r) * values;
+        if constexpr (kSecond) {
+            for (Index r = 0; r < second.acc.rows(); ++r) second.acc.row(r).noalias() += second.p.row(r) * values;
+        }
     }
 }
+
+/// The second output of few_rows_accumulate: acc += p values.
+template <typename Acc, typename Probabilities>
+struct SecondProduct {
+    Acc acc;
+    const Probabilities& p;
+};
+template <typename Acc, typename Probabilities>
+SecondProduct(Acc, const Probabilities&) -> SecondProduct<Acc, Probabilities>;
 
 }  // namespace diffattn::detail
