@@ -16,7 +16,10 @@ using namespace diffattn;
 
 namespace {
 
-using Strided = Eigen::Ref<const RowMatrix<float>, 0, Eigen::OuterStride<>>;
+/// Rows of S with any row stride, as the kernels take a cache's rows.
+template <typename S>
+using StridedOf = Eigen::Ref<const RowMatrix<S>, 0, Eigen::OuterStride<>>;
+using Strided = StridedOf<float>;
 
 /// |got - sum| <= 4 eps_f32 * d * sum |q_i k_i|, the bound of a float dot product of d terms
 /// in any order (with room for the scale's rounding).
@@ -124,7 +127,6 @@ TEST_CASE("few_rows_accumulate with a second output: each output that of its own
     std::normal_distribution<float> normal;
     const auto check = [&](auto stored_scalar) {
         using S = decltype(stored_scalar);
-        using StridedStored = Eigen::Ref<const RowMatrix<S>, 0, Eigen::OuterStride<>>;
         for (Index dv : {1, 31, 64, 65, 200}) {
             for (Index keys : {1, 17, 128}) {
                 for (Index rows : {1, 3}) {
@@ -135,7 +137,7 @@ TEST_CASE("few_rows_accumulate with a second output: each output that of its own
                         for (Index i = 0; i < m->size(); ++i) m->data()[i] = normal(rng);
                     }
                     RowMatrix<float> alone = acc, alone2 = acc2;
-                    const StridedStored values(v.leftCols(dv));
+                    const StridedOf<S> values(v.leftCols(dv));
                     if constexpr (detail::kFewRowsRead<float, S>) {
                         detail::few_rows_accumulate(acc.leftCols(dv), p.leftCols(keys), values,
                                                     detail::SecondProduct{acc2.leftCols(dv), p2.leftCols(keys)});
@@ -163,7 +165,7 @@ TEST_CASE("few-row products of half-precision keys and values equal those of the
     std::normal_distribution<float> normal;
     const auto check = [&](auto stored_scalar) {
         using S = decltype(stored_scalar);
-        using StridedStored = Eigen::Ref<const RowMatrix<S>, 0, Eigen::OuterStride<>>;
+        using StridedStored = StridedOf<S>;
         for (Index d : {5, 16, 32, 45, 64, 80}) {
             RowMatrix<S> rows(37, d);  // the key rows, then the value rows
             RowMatrix<float> q(2, d), p(2, 37);
