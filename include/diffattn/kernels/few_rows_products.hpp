@@ -206,20 +206,18 @@ void few_rows_accumulate(Acc&& acc, const Probabilities& p, const Values& values
 #if defined(DIFFATTN_FEW_ROWS_AVX512)
     if constexpr (std::is_same_v<T, float>) {
         static_assert(kRowMajor<Acc> && kRowMajor<Probabilities> && kRowMajor<Values>, "row-major operands");
+        constexpr int kOutputs = kSecond ? 2 : 1;
         for (Index r = 0; r < acc.rows() && values.rows() > 0; ++r) {
-            const float* weights = p.data() + r * p.outerStride();
-            float* out = acc.data() + r * acc.outerStride();
+            const float* weights[kOutputs];
+            float* out[kOutputs];
+            weights[0] = p.data() + r * p.outerStride();
+            out[0] = acc.data() + r * acc.outerStride();
             if constexpr (kSecond) {
-                const float* both_weights[2] = {weights, second.p.data() + r * second.p.outerStride()};
-                float* both_out[2] = {out, second.acc.data() + r * second.acc.outerStride()};
-                accumulate_value_rows<2>(both_weights, values.data(), values.outerStride(), values.rows(),
-                                         values.cols(), both_out);
-            } else {
-                const float* one_weights[1] = {weights};
-                float* one_out[1] = {out};
-                accumulate_value_rows<1>(one_weights, values.data(), values.outerStride(), values.rows(),
-                                         values.cols(), one_out);
+                weights[1] = second.p.data() + r * second.p.outerStride();
+                out[1] = second.acc.data() + r * second.acc.outerStride();
             }
+            accumulate_value_rows<kOutputs>(weights, values.data(), values.outerStride(), values.rows(), values.cols(),
+                                            out);
         }
     } else
 #endif
