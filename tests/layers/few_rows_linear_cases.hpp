@@ -15,7 +15,8 @@
 /// Fewer than kFewRowsLinear rows take detail::few_rows_linear (W read once); 16 and more Eigen's
 /// GEMM. Every row count to 17; inner widths around the SIMD packet (tails of every length) and past
 /// the wide groups' 2 KB chunks of x; 1-70 features (past a wide group's block of 48 W rows); a W
-/// block boundary (4000 doubles: 32 KB rows); x and out as column blocks of wider matrices. Each
+/// block boundary (4000 doubles: 32 KB rows); x and out as column blocks of wider matrices, at
+/// depth 1019 with rows a multiple of 4 KB apart (the wide groups copy such x chunks first). Each
 /// output is one dot product: within gamma_K = K eps / (1 - K eps) of sum |x_k w_k| (Higham, eq.
 /// 3.5), and the same bits as the call of its row alone (a batched decode step equals each
 /// sequence's own).
@@ -25,12 +26,14 @@ void check_few_rows_linear() {
     using diffattn::RowMatrix;
     constexpr double eps = std::numeric_limits<T>::epsilon();
     std::uint64_t seed = 11;
-    const Index depths[] = {1, 3, 7, 8, 16, 17, 33, 100, 129, 1100, 4000};
+    const Index depths[] = {1, 3, 7, 8, 16, 17, 33, 100, 129, 1019, 1100, 4000};
+    const Index page = 4096 / static_cast<Index>(sizeof(T));  // entries in 4 KB
     for (Index rows = 1; rows <= 17; ++rows) {
         for (Index depth : depths) {
             const Index features = 1 + static_cast<Index>(++seed * 7919 % 70);
             INFO(rows << " rows, depth " << depth << ", " << features << " features");
-            const RowMatrix<T> wide_x = naive::seeded<T>(rows, depth + 5, seed);
+            const Index x_width = depth == 1019 ? (depth + 2 + page - 1) / page * page : depth + 5;
+            const RowMatrix<T> wide_x = naive::seeded<T>(rows, x_width, seed);
             const RowMatrix<T> w = naive::seeded<T>(features, depth, seed + 1);
             RowMatrix<T> wide_out = RowMatrix<T>::Constant(rows, features + 3, T(9));
             const auto x = wide_x.middleCols(2, depth);

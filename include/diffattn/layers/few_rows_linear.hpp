@@ -129,12 +129,26 @@ void few_rows_dot_rows(const X& x, const W& w, Out& out, Index j_begin, Index j_
 /// AVX-512), on the stack; a multiple of the 3 and 4 rows a step takes.
 inline constexpr Index kWideGroupBlock = 48;
 
+/// Whether more than two of `rows` rows `stride_bytes` apart start at the same offset modulo 4 KB,
+/// in the same 64-byte line: an L1 cache's set is given by those bits (4 KB per way), so such rows
+/// and the weight rows streaming past compete for the ways of one set.
+inline bool rows_crowd_cache_sets(Index rows, Index stride_bytes) {
+    int in_line[64] = {};
+    for (Index n = 0; n < rows; ++n) {
+        if (++in_line[n * stride_bytes % 4096 / 64] > 2) return true;
+    }
+    return false;
+}
+
 /// Weight rows [j_begin, j_end) (at most kWideGroupBlock) against N (5-8) x rows, in chunks of the
 /// inner dimension: each chunk of x (2 KB a row) stays in L1 while every weight row of the block
 /// multiplies it, R rows at a time, their accumulators parked between chunks. Parking stores the
 /// packets unchanged, so each output is the same dot product as over the whole inner dimension.
 /// Each chunk asks for the next chunk of its rows, the last for the first chunk of the rows
-/// kWideGroupBlock further on (the next block), if below `prefetch_end`.
+/// kWideGroupBlock further on (the next block), if below `prefetch_end`. Where x's rows crowd L1's
+/// sets (a row of 1024 floats is 4 KB: every row's chunk in one set), each chunk is first copied
+/// into consecutive rows on the stack; the products and their order do not change
+/// (docs/benchmarks.md, "Decode-time projections").
 template <int N, typename T, typename X, typename W, typename Out>
 void few_rows_dot_chunks(const X& x, const W& w, Out& out, Index j_begin, Index j_end, Index prefetch_end) {
     using Packet = typename Eigen::internal::packet_traits<T>::type;
@@ -145,6 +159,8 @@ void few_rows_dot_chunks(const X& x, const W& w, Out& out, Index j_begin, Index 
     eigen_assert(j_end - j_begin <= kWideGroupBlock);
     const T* x_row[N];
     row_pointers(x, 0, x_row);
+    const bool copy_x = rows_crowd_cache_sets(N, x.outerStride() * static_cast<Index>(sizeof(T)));
+    alignas(64) T x_copy[N][kChunk];
     Packet parked[kWideGroupBlock][N];  // filled by the first chunk
     const auto run = [&](auto rows, Index j, Index k_begin, Index k_end) {
         constexpr int kRows = decltype(rows)::value;
@@ -164,10 +180,14 @@ void few_rows_dot_chunks(const X& x, const W& w, Out& out, Index j_begin, Index 
             next_block_row[r] = next < prefetch_end ? w.data() + next * w.outerStride() : w_row[r];
         }
         const bool last_chunk = k_end == full;
-        accumulate_dots(x_row, w_row, k_begin, k_end,
-                        [&](int r, Index k) {
-                            return last_chunk ? next_block_row[r] + (k - k_begin)  // its first chunk
-                                              : w_row[r] + std::min(k + kChunk, depth - 1);  // the next chunk
+        const T* w_chunk[kRows];
+        for (int r = 0; r < kRows; ++r) w_chunk[r] = w_row[r] + k_begin;
+        const T* x_chunk[N];  // the chunk's x rows, from k_begin: x's own, or their copy
+        for (int n = 0; n < N; ++n) x_chunk[n] = copy_x ? x_copy[n] : x_row[n] + k_begin;
+        accumulate_dots(x_chunk, w_chunk, 0, k_end - k_begin,
+                        [&](int r, Index i) {
+                            return last_chunk ? next_block_row[r] + i  // its first chunk
+                                              : w_row[r] + std::min(k_begin + i + kChunk, depth - 1);  // the next
                         },
                         acc);
         if (last_chunk) {
@@ -178,6 +198,7 @@ void few_rows_dot_chunks(const X& x, const W& w, Out& out, Index j_begin, Index 
     };
     for (Index k = 0; k < std::max<Index>(full, 1); k += kChunk) {
         const Index k_end = std::min(full, k + kChunk);
+        for (int n = 0; copy_x && n < N; ++n) std::copy(x_row[n] + k, x_row[n] + k_end, x_copy[n]);
         Index j = j_begin;
         for (; j + R <= j_end; j += R) run(std::integral_constant<int, R>{}, j, k, k_end);
         for (; j < j_end; ++j) run(std::integral_constant<int, 1>{}, j, k, k_end);
