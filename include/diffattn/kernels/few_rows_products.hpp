@@ -83,16 +83,18 @@ __attribute__((always_inline)) inline void scaled_key_dots_step(const float* que
 }
 
 /// out[j] = scale * (query . keys row j) for j < count: keys row-major with `stride`, head dim d,
-/// streamed from memory (each step prefetches the keys ahead of its own).
+/// streamed from memory: unless `prefetch` is false (the keys already read, for an earlier query
+/// row), each step asks for the keys ahead of its own.
 template <typename S>
-void scaled_key_dots(const float* query, const S* keys, Index stride, Index count, Index d, float scale, float* out) {
+void scaled_key_dots(const float* query, const S* keys, Index stride, Index count, Index d, float scale, float* out,
+                     bool prefetch) {
     const Index full = d / 16 * 16;
     const auto tail = static_cast<__mmask16>((1u << (d - full)) - 1u);
     const __m512 scales = _mm512_set1_ps(scale);
     const Index step_bytes = 16 * stride * static_cast<Index>(sizeof(S));
     Index j = 0;
     for (; j + 16 <= count; j += 16) {
-        prefetch_ahead(keys + j * stride, step_bytes);
+        if (prefetch) prefetch_ahead(keys + j * stride, step_bytes);
         scaled_key_dots_step(query, keys + j * stride, stride, 16, full, tail, scales, out + j);
     }
     if (j < count) scaled_key_dots_step(query, keys + j * stride, stride, count - j, full, tail, scales, out + j);
@@ -101,12 +103,13 @@ void scaled_key_dots(const float* query, const S* keys, Index stride, Index coun
 /// acc[m][0, dv) += sum_j p[m][j] * (values row j) for j < count and each of the M (1 or 2) weight
 /// rows: values row-major with `stride`. The columns go 64 at a time (four vectors per output,
 /// `masks` the lanes inside dv), each held in registers over all the keys; the first sweep
-/// prefetches whole rows ahead. With M = 2 both outputs take each value packet from one load (DINT
+/// prefetches whole rows ahead, unless `prefetch` is false (the rows already read, for an earlier
+/// query row). With M = 2 both outputs take each value packet from one load (DINT
 /// causal_mean's O and O1 = A1 V, diff_few_rows.hpp): the second sweep of the tile had cost most of
 /// the time of the first. Each output's sums are those of the M = 1 call, in the same order.
 template <int M, typename S>
 void accumulate_value_rows(const float* const (&p)[M], const S* values, Index stride, Index count, Index dv,
-                           float* const (&acc)[M]) {
+                           float* const (&acc)[M], bool prefetch) {
     static_assert(M == 1 || M == 2, "one or two weight rows");
     const Index row_bytes = dv * static_cast<Index>(sizeof(S));
     for (Index c = 0; c < dv; c += 64) {
@@ -122,7 +125,7 @@ void accumulate_value_rows(const float* const (&p)[M], const S* values, Index st
         const bool whole = dv - c >= 64;
         for (Index j = 0; j < count; ++j) {
             const S* row = values + j * stride;
-            if (c == 0) prefetch_ahead(row, row_bytes);
+            if (prefetch && c == 0) prefetch_ahead(row, row_bytes);
             __m512 weight[M];
             for (int m = 0; m < M; ++m) weight[m] = _mm512_set1_ps(p[m][j]);
             if (whole) {
@@ -172,7 +175,8 @@ auto few_rows_operand(const ConstMatrixRef<S>& m, Index begin, Index count, RowM
 }
 
 /// tile [rows x keys] = scale * queries [rows x d] keys [keys x d]^T, for few query rows: each
-/// row's logits in one sweep of the key tile (row-major, in cache after the first row).
+/// row's logits in one sweep of the key tile (row-major, in cache after the first row, so only the
+/// first row's sweep asks for lines ahead: a GQA group's 4-8 rows had asked for each line 4-8 times).
 template <typename Tile, typename Queries, typename Keys, typename T>
 void few_rows_logits(Tile&& tile, const Queries& queries, const Keys& keys, T scale) {
     using S = typename std::decay_t<Keys>::Scalar;
@@ -182,7 +186,7 @@ void few_rows_logits(Tile&& tile, const Queries& queries, const Keys& keys, T sc
         static_assert(kRowMajor<Queries> && kRowMajor<Keys> && kRowMajor<Tile>, "row-major operands");
         for (Index r = 0; r < queries.rows() && keys.rows() > 0; ++r) {
             scaled_key_dots(queries.data() + r * queries.outerStride(), keys.data(), keys.outerStride(), keys.rows(),
-                            keys.cols(), scale, tile.data() + r * tile.outerStride());
+                            keys.cols(), scale, tile.data() + r * tile.outerStride(), r == 0);
         }
     } else
 #endif
@@ -196,7 +200,7 @@ void few_rows_logits(Tile&& tile, const Queries& queries, const Keys& keys, T sc
 
 /// acc [rows x dv] += probabilities [rows x keys] values [keys x dv], for few query rows, and the
 /// same for `second` (acc2 += p2 values) unless it is null, from one sweep of the value tile per
-/// row (row-major, in cache after the first row).
+/// row (row-major, in cache after the first row, which alone asks for lines ahead).
 template <typename Acc, typename Probabilities, typename Values, typename Second = std::nullptr_t>
 void few_rows_accumulate(Acc&& acc, const Probabilities& p, const Values& values, Second&& second = nullptr) {
     using T = typename std::decay_t<Acc>::Scalar;
@@ -217,7 +221,7 @@ void few_rows_accumulate(Acc&& acc, const Probabilities& p, const Values& values
                 out[1] = second.acc.data() + r * second.acc.outerStride();
             }
             accumulate_value_rows<kOutputs>(weights, values.data(), values.outerStride(), values.rows(), values.cols(),
-                                            out);
+                                            out, r == 0);
         }
     } else
 #endif
