@@ -148,7 +148,7 @@ inline bool rows_crowd_cache_sets(Index rows, Index stride_bytes) {
 /// kWideGroupBlock further on (the next block), if below `prefetch_end`. Where x's rows crowd L1's
 /// sets (a row of 1024 floats is 4 KB: every row's chunk in one set), each chunk is first copied
 /// into consecutive rows on the stack; the products and their order do not change
-/// (docs/benchmarks.md, "Decode-time projections").
+/// (docs/benchmarks.md, "Batched decoding").
 template <int N, typename T, typename X, typename W, typename Out>
 void few_rows_dot_chunks(const X& x, const W& w, Out& out, Index j_begin, Index j_end, Index prefetch_end) {
     using Packet = typename Eigen::internal::packet_traits<T>::type;
