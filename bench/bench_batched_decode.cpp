@@ -7,7 +7,8 @@
 // Its cache takes 16 KB per token, so at context 1024 the weights are 24x one sequence's cache:
 // a step is dominated by reading the weights, which a batch shares.
 //
-//   stream_read/threads:<T>     the yardstick: the bandwidth of a vectorised sum over 512 MB (huge pages).
+//   stream_read/threads:<T>     the yardstick: the bandwidth of a vectorised sum over 512 MB of
+//                               huge pages (bench_common.hpp).
 //   batched_decode/batch:<B>/context:<C>/threads:<T>
 //                               B sequences, each with its own cache holding C tokens (one prefill,
 //                               copied B times, outside the timing); each iteration is one
