@@ -34,34 +34,58 @@ TEST_CASE("few_rows_logits: scaled dots of few query rows with a key tile, nativ
     std::mt19937 rng(20261124);
     std::normal_distribution<float> normal;
     const float scale = 0.375f;
-    for (Index d : {1, 7, 16, 17, 32, 40, 64, 100, 128, 256}) {
+    for (Index d : {1, 7, 16, 17, 32, 40, 48, 64, 100, 128, 256}) {
         for (Index keys : {1, 5, 15, 16, 17, 33, 128}) {
             for (Index rows : {1, 3, 7}) {
-                // Rows of wider matrices: the operands are strided column blocks, as a head's are.
-                RowMatrix<float> k(keys, d + 3), q(rows, d + 5), tile(rows, keys + 16);
-                for (Index i = 0; i < k.size(); ++i) k.data()[i] = normal(rng);
-                for (Index i = 0; i < q.size(); ++i) q.data()[i] = normal(rng);
-                tile.setConstant(-7.0f);
-                const Strided key_rows(k.leftCols(d)), query_rows(q.middleCols(2, d));
-                auto logits = tile.leftCols(keys);
-                detail::few_rows_logits(logits, query_rows, key_rows, scale);
-                Index wrong = 0, written_past = 0;
-                for (Index r = 0; r < rows; ++r) {
-                    for (Index j = 0; j < keys; ++j) {
-                        double exact = 0, magnitude = 0;
-                        for (Index i = 0; i < d; ++i) {
-                            const double term = static_cast<double>(query_rows(r, i)) * key_rows(j, i);
-                            exact += term;
-                            magnitude += std::abs(term);
+                for (Index key_padding : {3, 0}) {
+                    // Keys as a strided column block (a call's own projections) or contiguous rows (a KV
+                    // cache's head-major block, which the AVX-512 path reads at fixed offsets).
+                    RowMatrix<float> k(keys, d + key_padding), q(rows, d + 5), tile(rows, keys + 16);
+                    for (Index i = 0; i < k.size(); ++i) k.data()[i] = normal(rng);
+                    for (Index i = 0; i < q.size(); ++i) q.data()[i] = normal(rng);
+                    tile.setConstant(-7.0f);
+                    const Strided key_rows(k.leftCols(d)), query_rows(q.middleCols(2, d));
+                    auto logits = tile.leftCols(keys);
+                    detail::few_rows_logits(logits, query_rows, key_rows, scale);
+                    Index wrong = 0, written_past = 0;
+                    for (Index r = 0; r < rows; ++r) {
+                        for (Index j = 0; j < keys; ++j) {
+                            double exact = 0, magnitude = 0;
+                            for (Index i = 0; i < d; ++i) {
+                                const double term = static_cast<double>(query_rows(r, i)) * key_rows(j, i);
+                                exact += term;
+                                magnitude += std::abs(term);
+                            }
+                            if (!near(tile(r, j), scale * exact, scale * magnitude, d)) ++wrong;
                         }
-                        if (!near(tile(r, j), scale * exact, scale * magnitude, d)) ++wrong;
+                        for (Index j = keys; j < tile.cols(); ++j) written_past += tile(r, j) != -7.0f;
                     }
-                    for (Index j = keys; j < tile.cols(); ++j) written_past += tile(r, j) != -7.0f;
+                    INFO("d " << d << ", keys " << keys << ", rows " << rows << ", key padding " << key_padding);
+                    CHECK(wrong == 0);
+                    CHECK(written_past == 0);
                 }
-                INFO("d " << d << ", keys " << keys << ", rows " << rows);
-                CHECK(wrong == 0);
-                CHECK(written_past == 0);
             }
+        }
+    }
+}
+
+TEST_CASE("few_rows_logits: contiguous and strided keys give the same logits, bit for bit, native build",
+          "[kernels][few_rows]") {
+    // The two layouts take different code (fixed offsets, or a stride) that must add each key's
+    // products in the same order.
+    std::mt19937 rng(20261125);
+    std::normal_distribution<float> normal;
+    for (Index d : {16, 32, 64, 128}) {
+        for (Index keys : {7, 16, 45}) {
+            RowMatrix<float> dense(keys, d), padded(keys, d + 16), q(3, d);
+            for (Index i = 0; i < dense.size(); ++i) dense.data()[i] = normal(rng);
+            for (Index i = 0; i < q.size(); ++i) q.data()[i] = normal(rng);
+            padded.leftCols(d) = dense;
+            RowMatrix<float> from_dense(3, keys), from_padded(3, keys);
+            detail::few_rows_logits(from_dense, Strided(q), Strided(dense), 0.125f);
+            detail::few_rows_logits(from_padded, Strided(q), Strided(padded.leftCols(d)), 0.125f);
+            INFO("d " << d << ", keys " << keys);
+            CHECK(from_dense == from_padded);
         }
     }
 }
@@ -127,7 +151,7 @@ TEST_CASE("few_rows_accumulate with a second output: each output that of its own
     std::normal_distribution<float> normal;
     const auto check = [&](auto stored_scalar) {
         using S = decltype(stored_scalar);
-        for (Index dv : {1, 31, 64, 65, 200}) {
+        for (Index dv : {1, 31, 64, 65, 128, 200}) {
             for (Index keys : {1, 17, 128}) {
                 for (Index rows : {1, 3}) {
                     RowMatrix<S> v(keys, dv + 3);
@@ -166,7 +190,7 @@ TEST_CASE("few-row products of half-precision keys and values equal those of the
     const auto check = [&](auto stored_scalar) {
         using S = decltype(stored_scalar);
         using StridedStored = StridedOf<S>;
-        for (Index d : {5, 16, 32, 45, 64, 80}) {
+        for (Index d : {5, 16, 32, 45, 64, 80, 128}) {
             RowMatrix<S> rows(37, d);  // the key rows, then the value rows
             RowMatrix<float> q(2, d), p(2, 37);
             for (Index i = 0; i < rows.size(); ++i) rows.data()[i] = static_cast<S>(normal(rng));
