@@ -12,9 +12,8 @@
 // head-major block) are read at fixed offsets from one pointer. Keys of a half-precision KV cache
 // are widened in the registers that multiply them (stored_rows.hpp's widen16), with no tile buffer.
 // The values take the same path: their rows are streamed once, 64 or 128 columns at a time held
-// in registers over all the keys of the tile, widened in registers too. Reading in memory order
-// raised head dim 128 by about a fifth (docs/benchmarks.md, "Reading the cache in memory order").
-// Other ISAs and double use Eigen's matrix-vector products.
+// in registers over all the keys of the tile, widened in registers too (docs/benchmarks.md,
+// "Reading the cache in memory order"). Other ISAs and double use Eigen's matrix-vector products.
 #pragma once
 
 #include "diffattn/core/types.hpp"
