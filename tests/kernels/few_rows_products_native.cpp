@@ -1,9 +1,10 @@
 // detail::few_rows_logits and few_rows_accumulate, compiled for the build machine's vector ISA
-// (diffattn::native, as the examples and benchmarks are): with AVX-512 their paths in
-// kernels/few_rows_products.hpp against sums in double, over head and value dims that are and are
-// not multiples of 16 (and of the 64 columns a value sweep holds), key counts below, at and past a
-// 16-key step, strided rows; non-finite keys, which must reach their own logit only; and keys and
-// values stored as half / bfloat16. (The portable test builds cover the Eigen paths.)
+// (diffattn::native, as the examples and benchmarks are): with AVX-512 their loops in
+// kernels/few_rows_simd.hpp against sums in double, over head and value dims that are and are
+// not multiples of 16 (and of the 64 or 128 columns a value sweep holds), key counts below, at and
+// past a 16-key step, strided and contiguous rows, rows that share a sweep; non-finite keys, which
+// must reach their own logit only; and keys and values stored as half / bfloat16. (The portable
+// test builds cover the Eigen paths.)
 #include "diffattn/kernels/few_rows_products.hpp"
 
 #include <catch2/catch.hpp>
@@ -180,6 +181,39 @@ TEST_CASE("few_rows_accumulate with a second output: each output that of its own
     check(float{});
     check(Eigen::half{});
     check(Eigen::bfloat16{});
+}
+
+TEST_CASE("few_rows_accumulate: rows accumulated together equal each row's own call, bit for bit, native build",
+          "[kernels][few_rows]") {
+    // A GQA group's rows share each value packet's load (up to 4 rows a sweep, 2 where dv > 64);
+    // each row's sums must stay those of a call of that row alone.
+    std::mt19937 rng(17);
+    std::normal_distribution<float> normal;
+    const auto check = [&](auto stored_scalar) {
+        using S = decltype(stored_scalar);
+        for (Index dv : {16, 31, 64, 65, 128, 200}) {
+            for (Index rows : {2, 3, 4, 5, 8}) {
+                RowMatrix<S> v(45, dv);
+                RowMatrix<float> p(rows, 45), acc(rows, dv + 16);
+                for (Index i = 0; i < v.size(); ++i) v.data()[i] = static_cast<S>(normal(rng));
+                for (Index i = 0; i < p.size(); ++i) p.data()[i] = normal(rng);
+                for (Index i = 0; i < acc.size(); ++i) acc.data()[i] = normal(rng);
+                RowMatrix<float> alone = acc;
+                if constexpr (detail::kFewRowsRead<float, S>) {
+                    detail::few_rows_accumulate(acc.leftCols(dv), p, StridedOf<S>(v));
+                    for (Index r = 0; r < rows; ++r) {
+                        detail::few_rows_accumulate(alone.block(r, 0, 1, dv), p.middleRows(r, 1), StridedOf<S>(v));
+                    }
+                    INFO("dv " << dv << ", rows " << rows);
+                    CHECK(acc == alone);  // the columns past dv too: untouched by both
+                } else {
+                    SUCCEED("this ISA widens half-precision rows before the products (rows_as)");
+                }
+            }
+        }
+    };
+    check(float{});
+    check(Eigen::half{});
 }
 
 TEST_CASE("few-row products of half-precision keys and values equal those of their float values, bit for bit, "

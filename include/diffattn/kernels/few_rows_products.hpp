@@ -1,22 +1,12 @@
 // The two products of a call of few query rows (a decode step) with a tile of keys and values:
 // few_rows_logits (the logits of each query row against the key rows) and few_rows_accumulate
-// (each row's probabilities times the value rows).
-//
-// Eigen's matrix-vector product over row-major keys sums each key's products with a horizontal
-// sum: at head dim 32 that is two multiply-adds and about eight shuffles and adds per key, so the
-// logits of a decode step cost more time than reading the keys (docs/benchmarks.md, "KV cache
-// layout"). With AVX-512 the float path below instead keeps one vector of partial sums per key for
-// 16 keys, then reduces the 16 vectors together in a transpose-and-add tree: 15 vector adds and
-// 30 shuffles for 16 keys, about three operations per key. Each step reads its keys one after
-// the other, in the order they lie in memory, and a head's keys stored contiguously (a KV cache's
-// head-major block) are read at fixed offsets from one pointer. Keys of a half-precision KV cache
-// are widened in the registers that multiply them (stored_rows.hpp's widen16), with no tile buffer.
-// The values take the same path: their rows are streamed once, 64 or 128 columns at a time held
-// in registers over all the keys of the tile, widened in registers too (docs/benchmarks.md,
-// "Reading the cache in memory order"). Other ISAs and double use Eigen's matrix-vector products.
+// (each row's probabilities times the value rows). With AVX-512 the float path runs the loops of
+// few_rows_simd.hpp, reading keys and values stored in float, half or bfloat16 directly; other ISAs
+// and double use Eigen's matrix-vector products.
 #pragma once
 
 #include "diffattn/core/types.hpp"
+#include "diffattn/kernels/few_rows_simd.hpp"
 #include "diffattn/kernels/stored_rows.hpp"
 
 #include <Eigen/Core>
@@ -25,189 +15,7 @@
 #include <cstddef>
 #include <type_traits>
 
-#if defined(DIFFATTN_WIDEN16_MASKED) && !defined(EIGEN_DONT_VECTORIZE)
-#define DIFFATTN_FEW_ROWS_AVX512 1
-#endif
-
 namespace diffattn::detail {
-
-#if defined(DIFFATTN_FEW_ROWS_AVX512)
-/// The 16 sums of the lanes of v[0..16), in order: lane t of the result is the sum of v[t]'s lanes.
-/// Each level halves the vectors, adding lanes of two vectors that the shuffles line up.
-inline __m512 sum_lanes_of_16(__m512 (&v)[16]) {
-    // Level 1: within each 128-bit lane, [a0+a2, b0+b2, a1+a3, b1+b3] of the pair (a, b).
-    __m512 pairs[8];
-    for (int t = 0; t < 8; ++t) {
-        pairs[t] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * t], v[2 * t + 1]), _mm512_unpackhi_ps(v[2 * t], v[2 * t + 1]));
-    }
-    // Level 2: within each 128-bit lane, one partial sum of each of four vectors.
-    __m512 quads[4];
-    for (int t = 0; t < 4; ++t) {
-        const __m512d x = _mm512_castps_pd(pairs[2 * t]), y = _mm512_castps_pd(pairs[2 * t + 1]);
-        quads[t] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-    }
-    // Level 3: 128-bit lanes [X0+X1, X2+X3, Y0+Y1, Y2+Y3] of the quads X, Y.
-    __m512 octs[2];
-    for (int t = 0; t < 2; ++t) {
-        octs[t] = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2 * t], quads[2 * t + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                _mm512_shuffle_f32x4(quads[2 * t], quads[2 * t + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    }
-    // Level 4: 128-bit lane i holds vectors 4i .. 4i + 3, in order.
-    return _mm512_add_ps(_mm512_shuffle_f32x4(octs[0], octs[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(octs[0], octs[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-/// The scaled dots of `query` with the n <= 16 key rows from `keys` (row-major with `stride`, head
-/// dim d = full + the lanes of `tail`) into out[0, n). Each key's packets are read one after the
-/// other, key by key, in the order the rows lie in memory, which the hardware prefetcher follows.
-/// Packets > 0: full = 16 Packets, the query held in registers; Dense: also no tail and stride =
-/// d (a head-major cache block), so that every load is at a fixed offset from `keys`. Inlined with
-/// n = 16 for whole steps, so that the `t < n` tests fold away.
-template <int Packets, bool Dense, typename S>
-__attribute__((always_inline)) inline void scaled_key_dots_step(const float* query, const S* keys, Index stride,
-                                                                Index n, Index full, __mmask16 tail, __m512 scales,
-                                                                float* out) {
-    if constexpr (Dense) stride = 16 * Packets;
-    __m512 acc[16];
-    __m512 q[Packets > 0 ? Packets : 1];
-    for (int i = 0; i < Packets; ++i) q[i] = _mm512_loadu_ps(query + 16 * i);
-#pragma GCC unroll 16
-    for (int t = 0; t < 16; ++t) {
-        acc[t] = _mm512_setzero_ps();  // keys past n add nothing
-        if (t < n) {
-            const S* key = keys + t * stride;
-            if constexpr (Packets > 0) {
-#pragma GCC unroll 8
-                for (int i = 0; i < Packets; ++i) acc[t] = _mm512_fmadd_ps(widen16(key + 16 * i), q[i], acc[t]);
-            } else {
-                for (Index i = 0; i < full; i += 16) {
-                    acc[t] = _mm512_fmadd_ps(widen16(key + i), _mm512_loadu_ps(query + i), acc[t]);
-                }
-            }
-        }
-    }
-    if (!Dense && tail != 0) {
-        const __m512 q_tail = _mm512_maskz_loadu_ps(tail, query + full);
-#pragma GCC unroll 16
-        for (int t = 0; t < 16; ++t) {
-            if (t < n) acc[t] = _mm512_fmadd_ps(widen16(tail, keys + t * stride + full), q_tail, acc[t]);
-        }
-    }
-    _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << n) - 1u), _mm512_mul_ps(sum_lanes_of_16(acc), scales));
-}
-
-/// scaled_key_dots for a head dim of 16 Packets + the tail's lanes (scaled_key_dots_step).
-template <int Packets, bool Dense, typename S>
-void scaled_key_dots_of(const float* query, const S* keys, Index stride, Index count, Index full, __mmask16 tail,
-                        float scale, float* out, bool prefetch) {
-    const __m512 scales = _mm512_set1_ps(scale);
-    const Index step_bytes = 16 * stride * static_cast<Index>(sizeof(S));
-    Index j = 0;
-    for (; j + 16 <= count; j += 16) {
-        if (prefetch) prefetch_ahead(keys + j * stride, step_bytes);
-        scaled_key_dots_step<Packets, Dense>(query, keys + j * stride, stride, 16, full, tail, scales, out + j);
-    }
-    if (j < count) {
-        scaled_key_dots_step<Packets, Dense>(query, keys + j * stride, stride, count - j, full, tail, scales, out + j);
-    }
-}
-
-/// out[j] = scale * (query . keys row j) for j < count: keys row-major with `stride`, head dim d,
-/// streamed from memory: unless `prefetch` is false (the keys already read, for an earlier query
-/// row), each step asks for the keys ahead of its own.
-template <typename S>
-void scaled_key_dots(const float* query, const S* keys, Index stride, Index count, Index d, float scale, float* out,
-                     bool prefetch) {
-    const Index full = d / 16 * 16;
-    const auto tail = static_cast<__mmask16>((1u << (d - full)) - 1u);
-    const bool dense = stride == d && tail == 0;
-    const auto run = [&](auto packets) {
-        constexpr int kPackets = decltype(packets)::value;
-        const auto with = [&](auto is_dense) {
-            scaled_key_dots_of<kPackets, decltype(is_dense)::value>(query, keys, stride, count, full, tail, scale, out,
-                                                                   prefetch);
-        };
-        if constexpr (kPackets >= 2) {
-            if (dense) return with(std::true_type{});
-        }
-        with(std::false_type{});
-    };
-    switch (full / 16) {  // the family's head dims (32, 64, 128) take code of their own
-        case 1: return run(std::integral_constant<int, 1>{});
-        case 2: return run(std::integral_constant<int, 2>{});
-        case 4: return run(std::integral_constant<int, 4>{});
-        case 8: return run(std::integral_constant<int, 8>{});
-        default: return run(std::integral_constant<int, 0>{});
-    }
-}
-
-/// acc[m][c, c + 16 V) += sum_j p[m][j] * (values row j)[c, c + 16 V) for j < count, `masks` the
-/// lanes of each vector inside dv: the columns held in registers over all the keys.
-template <int M, int V, typename S>
-__attribute__((always_inline)) inline void accumulate_value_columns(const float* const (&p)[M], const S* values,
-                                                                    Index stride, Index count, Index row_bytes,
-                                                                    Index c, const __mmask16 (&masks)[V],
-                                                                    float* const (&acc)[M], bool prefetch) {
-    __m512 sums[M][V];
-    for (int m = 0; m < M; ++m) {
-        for (int i = 0; i < V; ++i) sums[m][i] = _mm512_maskz_loadu_ps(masks[i], acc[m] + c + 16 * i);
-    }
-    const bool whole = masks[V - 1] == 0xffff;
-    for (Index j = 0; j < count; ++j) {
-        const S* row = values + j * stride;
-        if (prefetch) prefetch_ahead(row, row_bytes);
-        __m512 weight[M];
-        for (int m = 0; m < M; ++m) weight[m] = _mm512_set1_ps(p[m][j]);
-        if (whole) {
-#pragma GCC unroll 8
-            for (int i = 0; i < V; ++i) {
-                const __m512 packet = widen16(row + c + 16 * i);
-                for (int m = 0; m < M; ++m) sums[m][i] = _mm512_fmadd_ps(packet, weight[m], sums[m][i]);
-            }
-        } else {
-            for (int i = 0; i < V; ++i) {
-                if (masks[i] == 0) continue;
-                const __m512 packet = widen16(masks[i], row + c + 16 * i);
-                for (int m = 0; m < M; ++m) sums[m][i] = _mm512_fmadd_ps(packet, weight[m], sums[m][i]);
-            }
-        }
-    }
-    for (int m = 0; m < M; ++m) {
-        for (int i = 0; i < V; ++i) _mm512_mask_storeu_ps(acc[m] + c + 16 * i, masks[i], sums[m][i]);
-    }
-}
-
-/// acc[m][0, dv) += sum_j p[m][j] * (values row j) for j < count and each of the M (1 or 2) weight
-/// rows: values row-major with `stride`. The columns go 64 at a time, or 128 where dv > 64 (four
-/// or eight vectors per output, held in registers over all the keys), so that a row of up to 128
-/// columns is read whole, in the order it lies in memory; the first sweep prefetches whole rows
-/// ahead, unless `prefetch` is false (the rows already read, for an earlier query row). With M = 2
-/// both outputs take each value packet from one load (DINT causal_mean's O and O1 = A1 V,
-/// diff_few_rows.hpp): the second sweep of the tile had cost most of the time of the first. Each
-/// output's sums are those of the M = 1 call, in the same order.
-template <int M, typename S>
-void accumulate_value_rows(const float* const (&p)[M], const S* values, Index stride, Index count, Index dv,
-                           float* const (&acc)[M], bool prefetch) {
-    static_assert(M == 1 || M == 2, "one or two weight rows");
-    const Index row_bytes = dv * static_cast<Index>(sizeof(S));
-    const auto sweep = [&](auto vectors) {
-        constexpr int V = decltype(vectors)::value;
-        for (Index c = 0; c < dv; c += 16 * V) {
-            __mmask16 masks[V];
-            for (int i = 0; i < V; ++i) {
-                const Index lanes = std::clamp<Index>(dv - c - 16 * i, 0, 16);
-                masks[i] = static_cast<__mmask16>((1u << lanes) - 1u);
-            }
-            accumulate_value_columns<M, V>(p, values, stride, count, row_bytes, c, masks, acc, prefetch && c == 0);
-        }
-    };
-    if (dv > 64) {
-        sweep(std::integral_constant<int, 8>{});
-    } else {
-        sweep(std::integral_constant<int, 4>{});
-    }
-}
-#endif
 
 /// Whether an Eigen expression stores its rows contiguously (the AVX-512 paths' operands).
 template <typename Xpr>
@@ -270,18 +78,38 @@ void few_rows_accumulate(Acc&& acc, const Probabilities& p, const Values& values
 #if defined(DIFFATTN_FEW_ROWS_AVX512)
     if constexpr (std::is_same_v<T, float>) {
         static_assert(kRowMajor<Acc> && kRowMajor<Probabilities> && kRowMajor<Values>, "row-major operands");
-        constexpr int kOutputs = kSecond ? 2 : 1;
-        for (Index r = 0; r < acc.rows() && values.rows() > 0; ++r) {
+        const auto accumulate = [&](auto outputs, Index r, auto&& weight_row, auto&& out_row) {
+            constexpr int kOutputs = decltype(outputs)::value;
             const float* weights[kOutputs];
             float* out[kOutputs];
-            weights[0] = p.data() + r * p.outerStride();
-            out[0] = acc.data() + r * acc.outerStride();
-            if constexpr (kSecond) {
-                weights[1] = second.p.data() + r * second.p.outerStride();
-                out[1] = second.acc.data() + r * second.acc.outerStride();
+            for (int m = 0; m < kOutputs; ++m) {
+                weights[m] = weight_row(m);
+                out[m] = out_row(m);
             }
             accumulate_value_rows<kOutputs>(weights, values.data(), values.outerStride(), values.rows(), values.cols(),
                                             out, r == 0);
+        };
+        if (values.rows() == 0) return;
+        if constexpr (kSecond) {  // each row's two outputs from one sweep
+            for (Index r = 0; r < acc.rows(); ++r) {
+                const float* weights[2] = {p.data() + r * p.outerStride(),
+                                           second.p.data() + r * second.p.outerStride()};
+                float* out[2] = {acc.data() + r * acc.outerStride(), second.acc.data() + r * second.acc.outerStride()};
+                accumulate(std::integral_constant<int, 2>{}, r, [&](int m) { return weights[m]; },
+                           [&](int m) { return out[m]; });
+            }
+        } else {  // a GQA group's rows, up to 4 (2 where dv > 64) per sweep
+            const Index group = values.cols() > 64 ? 2 : 4;
+            for (Index r = 0; r < acc.rows(); r += group) {
+                const auto weight_row = [&](int m) { return p.data() + (r + m) * p.outerStride(); };
+                const auto out_row = [&](int m) { return acc.data() + (r + m) * acc.outerStride(); };
+                switch (std::min(group, acc.rows() - r)) {
+                    case 1: accumulate(std::integral_constant<int, 1>{}, r, weight_row, out_row); break;
+                    case 2: accumulate(std::integral_constant<int, 2>{}, r, weight_row, out_row); break;
+                    case 3: accumulate(std::integral_constant<int, 3>{}, r, weight_row, out_row); break;
+                    default: accumulate(std::integral_constant<int, 4>{}, r, weight_row, out_row); break;
+                }
+            }
         }
     } else
 #endif
