@@ -25,6 +25,16 @@ inline Index linear_block(Index extent, Index target, Index multiple) {
 /// products still give 8-64 blocks to share out. 16 features: a whole AVX-512 packet of floats.
 inline constexpr Index kLinearBlockTarget = 512;
 inline constexpr Index kLinearFeatureMultiple = 16;
+/// Features per block of a few-rows product on `team` threads: about kLinearBlockTarget, rounded up
+/// to kLinearFeatureMultiple, in a number of blocks that shares evenly over the team (but for the
+/// last block's rounding).
+inline Index few_rows_feature_block(Index features, int team) {
+    const Index per_thread = (features + team - 1) / team;
+    const Index blocks = team * std::max<Index>(1, (per_thread + kLinearBlockTarget / 2) / kLinearBlockTarget);
+    const Index size = (features + blocks - 1) / blocks;
+    return std::max<Index>(kLinearFeatureMultiple,
+                           (size + kLinearFeatureMultiple - 1) / kLinearFeatureMultiple * kLinearFeatureMultiple);
+}
 /// What reading one weight from memory costs, in flops: kFlopsPerByteRead for each of a float's 4
 /// bytes (kept for double too, whose few-rows products are rarer).
 inline constexpr double kFlopsPerWeightRead = 4 * kFlopsPerByteRead;
@@ -36,11 +46,12 @@ inline constexpr double kFlopsPerWeightRead = 4 * kFlopsPerByteRead;
 ///   w       [out x in]
 ///   out     [N x out]
 ///   context: fewer than detail::kFewRowsLinear tokens (a decode step) take few_rows_linear, which
-///            reads W once; out is cut into fixed blocks of tokens x features (detail::linear_block), run on up
-///            to context.threads threads (OpenMP builds), but on fewer, down to one, when the
-///            product has less than context.min_parallel_flops flops per thread (a few-rows
-///            product counts kFlopsPerWeightRead per weight it reads). Results do not
-///            depend on the thread count.
+///            reads W once, its features cut into as many blocks per thread
+///            (detail::few_rows_feature_block); larger calls cut out into fixed blocks of tokens x
+///            features (detail::linear_block). The blocks run on up to context.threads threads
+///            (OpenMP builds), but on fewer, down to one, when the product has less than
+///            context.min_parallel_flops flops per thread (a few-rows product counts
+///            kFlopsPerWeightRead per weight it reads). Results do not depend on the thread count.
 template <typename T>
 void linear(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, MatrixRef<T> out,
             const ExecutionContext& context = {}) {
@@ -48,23 +59,29 @@ void linear(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, MatrixRef<T>
     detail::require_same_cols("linear", detail::named("x", x), detail::named("weight", w));
     detail::require_shape("linear", detail::named("out", out), x.rows(), w.rows());
     const Index tokens = x.rows(), features = w.rows();
-    const Index token_block = detail::linear_block(tokens, detail::kLinearBlockTarget, 1);
-    const Index feature_block = detail::linear_block(features, detail::kLinearBlockTarget, detail::kLinearFeatureMultiple);
-    const Index feature_blocks = (features + feature_block - 1) / feature_block;
-    const Index blocks = (tokens + token_block - 1) / token_block * feature_blocks;
+    const bool few_rows = tokens < detail::kFewRowsLinear;
     const double flops = 2.0 * static_cast<double>(tokens) * static_cast<double>(x.cols()) * static_cast<double>(features);
     // A few-rows product is bound by reading W, not by its flops: weigh each weight it reads as
     // kFlopsPerWeightRead flops when choosing the threads.
-    const double work = tokens < detail::kFewRowsLinear
-                            ? std::max(flops, detail::kFlopsPerWeightRead * static_cast<double>(w.size()))
-                            : flops;
-    detail::parallel_for(blocks, context.threads_for(work), detail::Schedule::equal_tasks,
+    const double work =
+        few_rows ? std::max(flops, detail::kFlopsPerWeightRead * static_cast<double>(w.size())) : flops;
+    const int team = context.threads_for(work);
+    const Index token_block = detail::linear_block(tokens, detail::kLinearBlockTarget, 1);
+    // A few-rows product gives every output one dot product over the whole inner dimension, however
+    // the features are split, so its blocks may depend on the threads: as many per thread (5 blocks
+    // of a 2816-feature weight had left one of two threads a third of the reads idle).
+    const Index feature_block =
+        few_rows ? detail::few_rows_feature_block(features, team)
+                 : detail::linear_block(features, detail::kLinearBlockTarget, detail::kLinearFeatureMultiple);
+    const Index feature_blocks = (features + feature_block - 1) / feature_block;
+    const Index blocks = (tokens + token_block - 1) / token_block * feature_blocks;
+    detail::parallel_for(blocks, team, detail::Schedule::equal_tasks,
                          [&](Index block, int /*thread*/) {
                              const Index first_token = block / feature_blocks * token_block;
                              const Index first_feature = block % feature_blocks * feature_block;
                              const Index rows = std::min(token_block, tokens - first_token);
                              const Index columns = std::min(feature_block, features - first_feature);
-                             if (tokens < detail::kFewRowsLinear) {  // a decode step: read W once
+                             if (few_rows) {  // a decode step: read W once
                                  detail::few_rows_linear<T>(x, w, out, first_feature, first_feature + columns);
                                  return;
                              }
