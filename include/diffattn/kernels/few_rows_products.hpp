@@ -78,36 +78,37 @@ void few_rows_accumulate(Acc&& acc, const Probabilities& p, const Values& values
 #if defined(DIFFATTN_FEW_ROWS_AVX512)
     if constexpr (std::is_same_v<T, float>) {
         static_assert(kRowMajor<Acc> && kRowMajor<Probabilities> && kRowMajor<Values>, "row-major operands");
-        const auto accumulate = [&](auto outputs, Index r, auto&& weight_row, auto&& out_row) {
-            constexpr int kOutputs = decltype(outputs)::value;
-            const float* weights[kOutputs];
-            float* out[kOutputs];
-            for (int m = 0; m < kOutputs; ++m) {
-                weights[m] = weight_row(m);
-                out[m] = out_row(m);
-            }
-            accumulate_value_rows<kOutputs>(weights, values.data(), values.outerStride(), values.rows(), values.cols(),
-                                            out, r == 0);
-        };
         if (values.rows() == 0) return;
+        // One sweep of the value tile for the M weight rows and outputs given; the first asks ahead.
+        const auto sweep = [&](const auto& weights, const auto& out, Index r) {
+            constexpr int M = static_cast<int>(std::extent_v<std::remove_reference_t<decltype(weights)>>);
+            accumulate_value_rows<M>(weights, values.data(), values.outerStride(), values.rows(), values.cols(), out,
+                                     r == 0);
+        };
         if constexpr (kSecond) {  // each row's two outputs from one sweep
             for (Index r = 0; r < acc.rows(); ++r) {
                 const float* weights[2] = {p.data() + r * p.outerStride(),
                                            second.p.data() + r * second.p.outerStride()};
                 float* out[2] = {acc.data() + r * acc.outerStride(), second.acc.data() + r * second.acc.outerStride()};
-                accumulate(std::integral_constant<int, 2>{}, r, [&](int m) { return weights[m]; },
-                           [&](int m) { return out[m]; });
+                sweep(weights, out, r);
             }
         } else {  // a GQA group's rows, up to 4 (2 where dv > 64) per sweep
             const Index group = values.cols() > 64 ? 2 : 4;
             for (Index r = 0; r < acc.rows(); r += group) {
-                const auto weight_row = [&](int m) { return p.data() + (r + m) * p.outerStride(); };
-                const auto out_row = [&](int m) { return acc.data() + (r + m) * acc.outerStride(); };
+                const auto rows_from_r = [&](auto count) {
+                    const float* weights[decltype(count)::value];
+                    float* out[decltype(count)::value];
+                    for (int m = 0; m < decltype(count)::value; ++m) {
+                        weights[m] = p.data() + (r + m) * p.outerStride();
+                        out[m] = acc.data() + (r + m) * acc.outerStride();
+                    }
+                    sweep(weights, out, r);
+                };
                 switch (std::min(group, acc.rows() - r)) {
-                    case 1: accumulate(std::integral_constant<int, 1>{}, r, weight_row, out_row); break;
-                    case 2: accumulate(std::integral_constant<int, 2>{}, r, weight_row, out_row); break;
-                    case 3: accumulate(std::integral_constant<int, 3>{}, r, weight_row, out_row); break;
-                    default: accumulate(std::integral_constant<int, 4>{}, r, weight_row, out_row); break;
+                    case 1: rows_from_r(std::integral_constant<int, 1>{}); break;
+                    case 2: rows_from_r(std::integral_constant<int, 2>{}); break;
+                    case 3: rows_from_r(std::integral_constant<int, 3>{}); break;
+                    default: rows_from_r(std::integral_constant<int, 4>{}); break;
                 }
             }
         }

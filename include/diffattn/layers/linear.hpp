@@ -11,13 +11,17 @@
 namespace diffattn {
 
 namespace detail {
+/// Size of `blocks` blocks covering `extent`, rounded up to a multiple of `multiple` (so perhaps
+/// fewer blocks).
+inline Index block_size(Index extent, Index blocks, Index multiple) {
+    const Index size = (extent + blocks - 1) / blocks;
+    return std::max<Index>(multiple, (size + multiple - 1) / multiple * multiple);
+}
 /// Size of the blocks a product's extent is cut into: about `target` (one block below 2 * target),
 /// rounded up to a multiple of `multiple`. It depends on the extent only, never on the thread count,
 /// so every thread count computes the same products, bit for bit.
 inline Index linear_block(Index extent, Index target, Index multiple) {
-    const Index blocks = std::max<Index>(1, extent / target);
-    const Index size = (extent + blocks - 1) / blocks;
-    return std::max<Index>(multiple, (size + multiple - 1) / multiple * multiple);
+    return block_size(extent, std::max<Index>(1, extent / target), multiple);
 }
 /// linear() cuts y into blocks of about 512 tokens x 512 output features, each one Eigen GEMM. Each
 /// block packs its part of x and of W again, which costs little next to the products of a block
@@ -31,9 +35,7 @@ inline constexpr Index kLinearFeatureMultiple = 16;
 inline Index few_rows_feature_block(Index features, int team) {
     const Index per_thread = (features + team - 1) / team;
     const Index blocks = team * std::max<Index>(1, (per_thread + kLinearBlockTarget / 2) / kLinearBlockTarget);
-    const Index size = (features + blocks - 1) / blocks;
-    return std::max<Index>(kLinearFeatureMultiple,
-                           (size + kLinearFeatureMultiple - 1) / kLinearFeatureMultiple * kLinearFeatureMultiple);
+    return block_size(features, blocks, kLinearFeatureMultiple);
 }
 /// What reading one weight from memory costs, in flops: kFlopsPerByteRead for each of a float's 4
 /// bytes (kept for double too, whose few-rows products are rarer).
