@@ -12,6 +12,7 @@
 //   sees the command line; benchmarks are registered at run time from them.
 #pragma once
 
+#include <diffattn/core/huge_pages.hpp>
 #include <diffattn/core/parallel.hpp>
 #include <diffattn/core/types.hpp>
 
@@ -37,9 +38,6 @@
 
 #ifdef _OPENMP
 #include <omp.h>
-#endif
-#if defined(__linux__)
-#include <sys/mman.h>
 #endif
 
 namespace bench {
@@ -271,12 +269,9 @@ constexpr std::size_t kStreamBytes = std::size_t{512} << 20;
 /// keeps 4 KB pages.
 const float* stream_buffer() {
     static const std::unique_ptr<float, void (*)(void*)> buffer = [] {
-        constexpr std::size_t kHugePage = std::size_t{2} << 20;
-        auto* data = static_cast<float*>(std::aligned_alloc(kHugePage, kStreamBytes));
+        auto* data = static_cast<float*>(std::aligned_alloc(diffattn::kHugePageBytes, kStreamBytes));
         if (data == nullptr) throw std::bad_alloc();
-#if defined(__linux__)
-        ::madvise(data, kStreamBytes, MADV_HUGEPAGE);
-#endif
+        diffattn::advise_huge_pages(data, kStreamBytes);  // the whole buffer: it is 2 MB-aligned
         std::fill(data, data + kStreamBytes / sizeof(float), 1.0f);
         return std::unique_ptr<float, void (*)(void*)>(data, &std::free);
     }();

@@ -16,6 +16,7 @@
 #include "golden_files.hpp"
 #include "model_files.hpp"
 
+#include "diffattn/core/huge_pages.hpp"
 #include "diffattn/io/safetensors.hpp"
 #include "diffattn/model/decoder_model.hpp"
 #include "diffattn/model/generate.hpp"
@@ -379,6 +380,71 @@ TEST_CASE("KV cache contents: rotated keys at their positions", "[model][kv_cach
         CHECK(whole.keys(layer).rows() == 12);
         CHECK((whole.keys(layer) - steps.keys(layer)).cwiseAbs().maxCoeff() < 1e-12);
         CHECK((whole.values(layer) - steps.values(layer)).cwiseAbs().maxCoeff() < 1e-12);
+    }
+}
+
+TEST_CASE("KV cache copies hold the same tokens and decode on their own", "[model][kv_cache]") {
+    // A copy's matrices are allocated afresh (asking for huge pages, model/kv_store.hpp) and filled
+    // from the original: it must hold the same keys, values and DINT history, and decoding into it
+    // must neither change the original nor differ from decoding into the original.
+    for (KvPrecision precision : {KvPrecision::f32, KvPrecision::f16}) {
+        INFO(to_string(precision));
+        const NamedConfig c{"dint", small_config(AttentionKind::dint)};
+        const DecoderModel<double> model = seeded_model<double>(c);
+        const std::vector<Token> tokens = test_tokens(10, c.config.vocab_size);
+        KvCache<double> original = model.make_cache(12, precision);
+        (void)cached_logits(model, {tokens.begin(), tokens.begin() + 8}, {8}, original);
+        KvCache<double> copy = original;
+        KvCache<double> assigned = model.make_cache(12, precision);
+        assigned = original;
+        for (const KvCache<double>* other : {&copy, &assigned}) {
+            REQUIRE(other->length() == 8);
+            REQUIRE(other->precision() == precision);
+            for (Index layer = 0; layer < 2; ++layer) {
+                const auto& o = original;
+                if (precision == KvPrecision::f32) {
+                    CHECK(other->keys(layer) == o.keys(layer));
+                    CHECK(other->values(layer) == o.values(layer));
+                } else {
+                    CHECK(other->stored_keys<Eigen::half>(layer) == o.stored_keys<Eigen::half>(layer));
+                    CHECK(other->stored_values<Eigen::half>(layer) == o.stored_values<Eigen::half>(layer));
+                }
+            }
+        }
+        ForwardState<double> state = model.make_state(1, 1);
+        const auto step = [&](KvCache<double>& cache) {
+            RowMatrix<double> logits(2, c.config.vocab_size);
+            for (Index i = 0; i < 2; ++i) model.forward({tokens[8 + i]}, state, logits.row(i), &cache);
+            return logits;
+        };
+        const RowMatrix<double> from_copy = step(copy);
+        CHECK(original.length() == 8);  // untouched by the copy's steps
+        const RowMatrix<double> from_original = step(original);
+        CHECK(from_copy == from_original);  // the same arithmetic on the same cached rows
+        CHECK(assigned.length() == 8);
+    }
+}
+
+TEST_CASE("huge-page advice covers only whole 2 MB pages inside the buffer", "[model][kv_cache]") {
+    // huge_page_interior against a plain search: every 2 MB page [m, m + 2 MB) with
+    // begin <= m and m + 2 MB <= begin + bytes, and no other.
+    const std::uintptr_t page = kHugePageBytes;
+    for (std::uintptr_t begin : {page * 7, page * 7 + 16, page * 8 - 64, page * 8 - 1, page * 8}) {
+        for (std::size_t bytes : {std::size_t{0}, std::size_t{4096}, kHugePageBytes - 1, kHugePageBytes,
+                                  kHugePageBytes + 48, 2 * kHugePageBytes, 5 * kHugePageBytes - 4096}) {
+            INFO("begin " << begin << " bytes " << bytes);
+            std::uintptr_t first = 0, end = 0;
+            for (std::uintptr_t m = page * 6; m <= page * 16; m += page) {
+                if (m >= begin && m + page <= begin + bytes) {
+                    if (first == end) first = m;
+                    end = m + page;
+                }
+            }
+            const HugePageInterior interior = huge_page_interior(begin, bytes);
+            CHECK(interior.first == first);
+            CHECK(interior.end == end);
+            CHECK(interior.bytes() == end - first);
+        }
     }
 }
 

@@ -6,7 +6,9 @@
 // memory then; it never grows (a call that would pass max_len is a ShapeError naming the lengths,
 // and leaves the cache as it was), so decoding allocates nothing. reset() empties it for the next
 // sequence, keeping the memory. A max_len past ModelConfig::max_positions, or a cache larger than
-// the machine's memory (core/memory_limit.hpp), is a ShapeError before anything is allocated.
+// the machine's memory (core/memory_limit.hpp), is a ShapeError before anything is allocated. The
+// keys and values ask for 2 MB pages (model/kv_store.hpp), so the memory the cache occupies grows
+// toward bytes() in steps of 2 MB, not 4 KB, as tokens arrive.
 //
 // Stored precision (KvPrecision, chosen per cache): keys and values as the model's scalar T
 // ("f32", the default), or as Eigen::half / Eigen::bfloat16 at half the bytes, widened to T tile by
@@ -32,6 +34,7 @@
 #include "diffattn/layers/kv_cache_view.hpp"
 #include "diffattn/layers/rotary.hpp"
 #include "diffattn/model/config.hpp"
+#include "diffattn/model/kv_store.hpp"
 
 #include <cstddef>
 #include <type_traits>
@@ -202,28 +205,9 @@ private:
     template <typename>
     friend class DecoderModel;
 
-    /// The keys and values of every layer in the stored scalar S.
+    /// The keys and values of every layer in the stored scalar S (model/kv_store.hpp).
     template <typename S>
-    struct Store {
-        // Head-major (layers/head_blocks.hpp): map b's rows at rows [b max_len, (b+1) max_len).
-        std::vector<RowMatrix<S>> keys;    // L x [n_key_maps max_len x d]  rotated keys
-        std::vector<RowMatrix<S>> values;  // L x [n_value_heads max_len x dv]  values
-
-        void allocate(Index layers, Index max_len, const AttentionConfig& attention) {
-            keys.reserve(static_cast<std::size_t>(layers));
-            values.reserve(static_cast<std::size_t>(layers));
-            for (Index i = 0; i < layers; ++i) {
-                keys.emplace_back(attention.n_key_maps() * max_len, attention.head_dim());
-                values.emplace_back(attention.n_value_heads() * max_len, attention.value_dim());
-            }
-        }
-        std::size_t bytes() const {
-            std::size_t entries = 0;
-            for (const RowMatrix<S>& m : keys) entries += static_cast<std::size_t>(m.size());
-            for (const RowMatrix<S>& m : values) entries += static_cast<std::size_t>(m.size());
-            return entries * sizeof(S);
-        }
-    };
+    using Store = detail::KvStore<S>;
 
     static const ModelConfig& checked(const ModelConfig& config, Index max_len, KvPrecision precision) {
         check(config, max_len, precision);
