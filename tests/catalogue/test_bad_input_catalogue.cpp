@@ -872,6 +872,18 @@ TEST_CASE("batched step over bad caches", "[catalogue][kv_cache]") {
     CHECK(half.length() == 0);
 }
 
+TEST_CASE("KV cache layer out of range", "[catalogue][kv_cache]") {
+    const DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 1);
+    ForwardState<float> state = model.make_state(4);
+    KvCache<float> cache = model.make_cache(8);
+    model.forward({1, 2}, state, &cache);
+    REQUIRE(model.config().num_hidden_layers == 2);
+    CHECK_ERROR(ShapeError, cache.keys(2), "KvCache: layer 2 is not one of its 2 layers");
+    CHECK_ERROR(ShapeError, cache.values(-1), "KvCache: layer -1 is not one of its 2 layers");
+    CHECK_ERROR(ShapeError, cache.stored_values<float>(2), "KvCache: layer 2 is not one of its 2 layers");
+    CHECK(cache.keys(1).rows() == 2);  // the last layer is one
+}
+
 TEST_CASE("half-precision cache read as float", "[catalogue][kv_cache]") {
     const DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 1);
     ForwardState<float> state = model.make_state(4);

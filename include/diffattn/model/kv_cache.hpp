@@ -99,13 +99,13 @@ public:
     template <typename S>
     RowMatrix<S> stored_keys(Index layer) const {
         const Store<S>& store = stored<S>("KvCache::keys");
-        return head_blocks(store.keys.at(static_cast<std::size_t>(layer))).template gather<S>(length_);
+        return head_blocks(store.keys(layer)).template gather<S>(length_);
     }
     /// As values() in the stored scalar S.
     template <typename S>
     RowMatrix<S> stored_values(Index layer) const {
         const Store<S>& store = stored<S>("KvCache::values");
-        return head_blocks(store.values.at(static_cast<std::size_t>(layer))).template gather<S>(length_);
+        return head_blocks(store.values(layer)).template gather<S>(length_);
     }
 
     /// Bytes held by the cache (keys, values, DINT histories, rotary table): max_len *
@@ -244,7 +244,7 @@ private:
     template <typename F>
     void with_view(Index layer, F&& f) {
         visit_store([&](auto& store) {
-            using S = typename std::decay_t<decltype(store.keys)>::value_type::Scalar;
+            using S = typename std::decay_t<decltype(store)>::Scalar;
             KvCacheView<T, S> layer_view = view<S>(layer);
             f(layer_view);
         });
@@ -259,7 +259,7 @@ private:
         DintHistory<T>* histories =
             dint_.empty() ? nullptr : dint_.data() + i * static_cast<std::size_t>(config_.num_attention_heads);
         Store<S>& store = store_of<S>();
-        return KvCacheView<T, S>{head_blocks(store.keys[i]), head_blocks(store.values[i]), length_, histories,
+        return KvCacheView<T, S>{head_blocks(store.keys(layer)), head_blocks(store.values(layer)), length_, histories,
                                  &rotary_};
     }
 
@@ -278,7 +278,7 @@ private:
 
     /// A layer's keys or values (Store) as its head-major blocks of max_len rows each.
     template <typename Stored>
-    auto head_blocks(Stored& m) const {
+    auto head_blocks(Stored&& m) const {
         return HeadBlocks<std::remove_reference_t<decltype(*m.data())>>::head_major(m, m.rows() / max_len());
     }
 

@@ -1,63 +1,76 @@
 // The keys and values of every layer of a KvCache (model/kv_cache.hpp) in the scalar it stores them
-// in, head-major (layers/head_blocks.hpp): one matrix per layer for the keys, one for the values.
-// Their pages ask for 2 MB huge pages (core/huge_pages.hpp) when allocated, before anything is
-// written, and so do a copy's: every decode step streams them all. A cache's memory is allocated
-// whole when it is made (its capacity policy), and with huge pages its first tokens bring in whole
-// 2 MB pages, so its resident memory nears bytes() sooner than with 4 KB pages.
+// in: one buffer, per layer the keys [n_key_maps max_len x d] then the values [n_value_heads
+// max_len x dv], each head-major (layers/head_blocks.hpp). One buffer rather than one matrix per
+// layer so that nearly all of it lies in whole 2 MB pages, which it asks for (core/huge_pages.hpp)
+// when allocated, before anything is written, and so does a copy: every decode step streams it
+// all (docs/benchmarks.md, "The KV cache on huge pages").
 #pragma once
 
+#include "diffattn/core/error.hpp"
 #include "diffattn/core/huge_pages.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/layers/attention_config.hpp"
 
 #include <cstddef>
-#include <vector>
 
 namespace diffattn::detail {
 
-/// The keys and values of every layer of a KvCache in the stored scalar S.
 template <typename S>
-struct KvStore {
-    // Head-major (layers/head_blocks.hpp): map b's rows at rows [b max_len, (b+1) max_len).
-    std::vector<RowMatrix<S>> keys;    // L x [n_key_maps max_len x d]  rotated keys
-    std::vector<RowMatrix<S>> values;  // L x [n_value_heads max_len x dv]  values
+class KvStore {
+public:
+    using Scalar = S;
 
     KvStore() = default;
     KvStore(KvStore&&) noexcept = default;
     KvStore& operator=(KvStore&&) noexcept = default;
-    /// A copy whose matrices ask for huge pages as allocate()'s do (a batch's caches are often
+    /// A copy whose buffer asks for huge pages as allocate()'s does (a batch's caches are often
     /// copies of one prefilled cache).
-    KvStore(const KvStore& other) : keys(advised_copies(other.keys)), values(advised_copies(other.values)) {}
+    KvStore(const KvStore& other)
+        : buffer_(huge_page_matrix<Vector<S>>(other.buffer_.size(), 1)),
+          layers_(other.layers_),
+          key_rows_(other.key_rows_),
+          value_rows_(other.value_rows_),
+          d_(other.d_),
+          dv_(other.dv_) {
+        buffer_ = other.buffer_;
+    }
     KvStore& operator=(const KvStore& other) { return *this = KvStore(other); }
 
-    /// Each layer's keys and values, uninitialised, asking for huge pages (core/huge_pages.hpp):
-    /// every decode step streams them all.
+    /// Room for `layers` layers' keys and values, uninitialised.
     void allocate(Index layers, Index max_len, const AttentionConfig& attention) {
-        keys.reserve(static_cast<std::size_t>(layers));
-        values.reserve(static_cast<std::size_t>(layers));
-        for (Index i = 0; i < layers; ++i) {
-            keys.push_back(huge_page_matrix<RowMatrix<S>>(attention.n_key_maps() * max_len, attention.head_dim()));
-            values.push_back(
-                huge_page_matrix<RowMatrix<S>>(attention.n_value_heads() * max_len, attention.value_dim()));
-        }
-    }
-    std::size_t bytes() const {
-        std::size_t entries = 0;
-        for (const RowMatrix<S>& m : keys) entries += static_cast<std::size_t>(m.size());
-        for (const RowMatrix<S>& m : values) entries += static_cast<std::size_t>(m.size());
-        return entries * sizeof(S);
+        layers_ = layers;
+        key_rows_ = attention.n_key_maps() * max_len;
+        value_rows_ = attention.n_value_heads() * max_len;
+        d_ = attention.head_dim();
+        dv_ = attention.value_dim();
+        buffer_ = huge_page_matrix<Vector<S>>(layers * (key_rows_ * d_ + value_rows_ * dv_), 1);
     }
 
-private:
-    static std::vector<RowMatrix<S>> advised_copies(const std::vector<RowMatrix<S>>& from) {
-        std::vector<RowMatrix<S>> copies;
-        copies.reserve(from.size());
-        for (const RowMatrix<S>& m : from) {
-            copies.push_back(huge_page_matrix<RowMatrix<S>>(m.rows(), m.cols()));
-            copies.back() = m;
-        }
-        return copies;
+    Index layers() const { return layers_; }
+    /// Layer `layer`'s keys [n_key_maps max_len x d]; ShapeError naming it unless 0 <= layer < layers().
+    Eigen::Map<RowMatrix<S>> keys(Index layer) { return {buffer_.data() + keys_at(layer), key_rows_, d_}; }
+    Eigen::Map<const RowMatrix<S>> keys(Index layer) const {
+        return {buffer_.data() + keys_at(layer), key_rows_, d_};
     }
+    /// Layer `layer`'s values [n_value_heads max_len x dv].
+    Eigen::Map<RowMatrix<S>> values(Index layer) { return {buffer_.data() + values_at(layer), value_rows_, dv_}; }
+    Eigen::Map<const RowMatrix<S>> values(Index layer) const {
+        return {buffer_.data() + values_at(layer), value_rows_, dv_};
+    }
+
+    std::size_t bytes() const { return static_cast<std::size_t>(buffer_.size()) * sizeof(S); }
+
+private:
+    /// Where layer `layer`'s keys start in the buffer.
+    Index keys_at(Index layer) const {
+        require<ShapeError>(layer >= 0 && layer < layers_, "KvCache: layer ", layer, " is not one of its ", layers_,
+                            " layers");
+        return layer * (key_rows_ * d_ + value_rows_ * dv_);
+    }
+    Index values_at(Index layer) const { return keys_at(layer) + key_rows_ * d_; }
+
+    Vector<S> buffer_;  // layer i's keys, then its values, at i layer_entries()
+    Index layers_ = 0, key_rows_ = 0, value_rows_ = 0, d_ = 0, dv_ = 0;
 };
 
 }  // namespace diffattn::detail
