@@ -74,6 +74,30 @@ EIGEN_ALWAYS_INLINE void accumulate_dots(const T* const (&x_row)[N], const T* co
     }
 }
 
+/// As accumulate_dots, but the W rows one after the other, each in the order it lies in memory,
+/// with no software prefetch: for one x row against short W rows (kShortRowBytes), which
+/// accumulate_dots reads as R streams of a few lines each. The hardware prefetcher follows one
+/// forward stream, while the prefetches that short streams need are bound by the L1 miss buffers
+/// they share with the loads (docs/benchmarks.md, "Decode-time projections"). Each sum takes the
+/// same packets in the same order as accumulate_dots's, so the bits are the same.
+template <int R, int N, typename Packet, typename T>
+EIGEN_ALWAYS_INLINE void accumulate_dots_row_by_row(const T* const (&x_row)[N], const T* const (&w_row)[R],
+                                                    Index k_begin, Index k_end, Packet (&acc)[R][N]) {
+    constexpr Index P = Eigen::internal::unpacket_traits<Packet>::size;
+    for (int r = 0; r < R; ++r) {
+        for (Index k = k_begin; k < k_end; k += P) {
+            const Packet w_packet = Eigen::internal::ploadu<Packet>(w_row[r] + k);
+            for (int n = 0; n < N; ++n) {
+                acc[r][n] = Eigen::internal::pmadd(w_packet, Eigen::internal::ploadu<Packet>(x_row[n] + k), acc[r][n]);
+            }
+        }
+    }
+}
+
+/// Rows of W at most this long are read row by row for one x row (accumulate_dots_row_by_row);
+/// longer ones give each of accumulate_dots's streams enough lines for the prefetchers.
+inline constexpr Index kShortRowBytes = 2048;
+
 /// out[n, j + r] = the sum of acc[r][n]'s lanes plus the scalar tail [k_tail, depth).
 template <int R, int N, typename Packet, typename T, typename Out>
 void store_dots(const T* const (&x_row)[N], const T* const (&w_row)[R], Index k_tail, Index depth,
@@ -99,13 +123,15 @@ void row_pointers(const M& m, Index first, const T* (&row)[N]) {
 /// Eigen's matrix-vector product), then the odd rows. Each packet of a group asks for the packet at
 /// the same place in the next group's rows: a whole group ahead, where asking 512 bytes on in the
 /// same row left the first 512 bytes of every group unasked (a weight row is 1-3 KB in the bench
-/// model; docs/benchmarks.md, "Prefetching into L2").
+/// model; docs/benchmarks.md, "Prefetching into L2"). One x row against W rows of at most
+/// kShortRowBytes reads each group row by row instead (accumulate_dots_row_by_row).
 template <int N, typename T, typename X, typename W, typename Out>
 void few_rows_dot_rows(const X& x, const W& w, Out& out, Index j_begin, Index j_end) {
     using Packet = typename Eigen::internal::packet_traits<T>::type;
     constexpr Index P = Eigen::internal::packet_traits<T>::size;
     constexpr int R = kFewRowsWideGroups ? (N <= 2 ? 8 : 4) : 2;
     const Index depth = x.cols(), full = depth / P * P;
+    const bool row_by_row = N == 1 && depth * static_cast<Index>(sizeof(T)) <= kShortRowBytes;
     const T* x_row[N];
     row_pointers(x, 0, x_row);
     const auto run = [&](auto rows, Index j) {
@@ -117,7 +143,11 @@ void few_rows_dot_rows(const X& x, const W& w, Out& out, Index j_begin, Index j_
         // The next group's row r, or (the last group) row r itself, already on its way.
         const Index next_group = (j + 2 * kRows <= j_end ? kRows : 0) * w.outerStride();
         const auto ahead = [&](int r, Index k) { return w_row[r] + next_group + k; };
-        accumulate_dots(x_row, w_row, 0, full, ahead, acc);
+        if (row_by_row) {
+            accumulate_dots_row_by_row(x_row, w_row, 0, full, acc);
+        } else {
+            accumulate_dots(x_row, w_row, 0, full, ahead, acc);
+        }
         store_dots(x_row, w_row, full, depth, acc, out, j);
     };
     Index j = j_begin;
