@@ -43,7 +43,7 @@ public:
         value_rows_ = attention.n_value_heads() * max_len;
         d_ = attention.head_dim();
         dv_ = attention.value_dim();
-        buffer_ = huge_page_matrix<Vector<S>>(layers * (key_rows_ * d_ + value_rows_ * dv_), 1);
+        buffer_ = huge_page_matrix<Vector<S>>(layers * layer_entries(), 1);
     }
 
     Index layers() const { return layers_; }
@@ -61,11 +61,13 @@ public:
     std::size_t bytes() const { return static_cast<std::size_t>(buffer_.size()) * sizeof(S); }
 
 private:
+    /// Entries of one layer: its keys, then its values.
+    Index layer_entries() const { return key_rows_ * d_ + value_rows_ * dv_; }
     /// Where layer `layer`'s keys start in the buffer.
     Index keys_at(Index layer) const {
         require<ShapeError>(layer >= 0 && layer < layers_, "KvCache: layer ", layer, " is not one of its ", layers_,
                             " layers");
-        return layer * (key_rows_ * d_ + value_rows_ * dv_);
+        return layer * layer_entries();
     }
     Index values_at(Index layer) const { return keys_at(layer) + key_rows_ * d_; }
 
