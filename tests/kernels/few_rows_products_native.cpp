@@ -22,6 +22,13 @@ template <typename S>
 using StridedOf = Eigen::Ref<const RowMatrix<S>, 0, Eigen::OuterStride<>>;
 using Strided = StridedOf<float>;
 
+/// Fills m with draws of `normal`, entry by entry in storage order, rounded to m's scalar.
+template <typename M>
+void fill_normal(M& m, std::normal_distribution<float>& normal, std::mt19937& rng) {
+    using S = typename M::Scalar;
+    for (Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<S>(normal(rng));
+}
+
 /// |got - sum| <= 4 eps_f32 * d * sum |q_i k_i|, the bound of a float dot product of d terms
 /// in any order (with room for the scale's rounding).
 bool near(float got, double exact, double magnitude, Index d) {
@@ -42,8 +49,8 @@ TEST_CASE("few_rows_logits: scaled dots of few query rows with a key tile, nativ
                     // Keys as a strided column block (a call's own projections) or contiguous rows (a KV
                     // cache's head-major block, which the AVX-512 path reads at fixed offsets).
                     RowMatrix<float> k(keys, d + key_padding), q(rows, d + 5), tile(rows, keys + 16);
-                    for (Index i = 0; i < k.size(); ++i) k.data()[i] = normal(rng);
-                    for (Index i = 0; i < q.size(); ++i) q.data()[i] = normal(rng);
+                    fill_normal(k, normal, rng);
+                    fill_normal(q, normal, rng);
                     tile.setConstant(-7.0f);
                     const Strided key_rows(k.leftCols(d)), query_rows(q.middleCols(2, d));
                     auto logits = tile.leftCols(keys);
@@ -79,8 +86,8 @@ TEST_CASE("few_rows_logits: contiguous and strided keys give the same logits, bi
     for (Index d : {16, 32, 64, 128}) {
         for (Index keys : {7, 16, 45}) {
             RowMatrix<float> dense(keys, d), padded(keys, d + 16), q(3, d);
-            for (Index i = 0; i < dense.size(); ++i) dense.data()[i] = normal(rng);
-            for (Index i = 0; i < q.size(); ++i) q.data()[i] = normal(rng);
+            fill_normal(dense, normal, rng);
+            fill_normal(q, normal, rng);
             padded.leftCols(d) = dense;
             RowMatrix<float> from_dense(3, keys), from_padded(3, keys);
             detail::few_rows_logits(from_dense, Strided(q), Strided(dense), 0.125f);
@@ -117,9 +124,9 @@ TEST_CASE("few_rows_accumulate: probabilities times value rows, native build", "
         for (Index keys : {1, 15, 16, 17, 128}) {
             for (Index rows : {1, 3, 7}) {
                 RowMatrix<float> v(keys, dv + 3), p(rows, keys + 2), acc(rows, dv + 16);
-                for (Index i = 0; i < v.size(); ++i) v.data()[i] = normal(rng);
-                for (Index i = 0; i < p.size(); ++i) p.data()[i] = normal(rng);
-                for (Index i = 0; i < acc.size(); ++i) acc.data()[i] = normal(rng);
+                fill_normal(v, normal, rng);
+                fill_normal(p, normal, rng);
+                fill_normal(acc, normal, rng);
                 const RowMatrix<float> before = acc;
                 const Strided values(v.leftCols(dv));
                 detail::few_rows_accumulate(acc.leftCols(dv), p.leftCols(keys), values);
@@ -157,9 +164,9 @@ TEST_CASE("few_rows_accumulate with a second output: each output that of its own
                 for (Index rows : {1, 3}) {
                     RowMatrix<S> v(keys, dv + 3);
                     RowMatrix<float> p(rows, keys + 2), p2(rows, keys + 2), acc(rows, dv + 16), acc2(rows, dv + 16);
-                    for (Index i = 0; i < v.size(); ++i) v.data()[i] = static_cast<S>(normal(rng));
+                    fill_normal(v, normal, rng);
                     for (RowMatrix<float>* m : {&p, &p2, &acc, &acc2}) {
-                        for (Index i = 0; i < m->size(); ++i) m->data()[i] = normal(rng);
+                        fill_normal(*m, normal, rng);
                     }
                     RowMatrix<float> alone = acc, alone2 = acc2;
                     const StridedOf<S> values(v.leftCols(dv));
@@ -195,9 +202,9 @@ TEST_CASE("few_rows_accumulate: rows accumulated together equal each row's own c
             for (Index rows : {2, 3, 4, 5, 8}) {
                 RowMatrix<S> v(45, dv);
                 RowMatrix<float> p(rows, 45), acc(rows, dv + 16);
-                for (Index i = 0; i < v.size(); ++i) v.data()[i] = static_cast<S>(normal(rng));
-                for (Index i = 0; i < p.size(); ++i) p.data()[i] = normal(rng);
-                for (Index i = 0; i < acc.size(); ++i) acc.data()[i] = normal(rng);
+                fill_normal(v, normal, rng);
+                fill_normal(p, normal, rng);
+                fill_normal(acc, normal, rng);
                 RowMatrix<float> alone = acc;
                 if constexpr (detail::kFewRowsRead<float, S>) {
                     detail::few_rows_accumulate(acc.leftCols(dv), p, StridedOf<S>(v));
@@ -227,9 +234,9 @@ TEST_CASE("few-row products of half-precision keys and values equal those of the
         for (Index d : {5, 16, 32, 45, 64, 80, 128}) {
             RowMatrix<S> rows(37, d);  // the key rows, then the value rows
             RowMatrix<float> q(2, d), p(2, 37);
-            for (Index i = 0; i < rows.size(); ++i) rows.data()[i] = static_cast<S>(normal(rng));
-            for (Index i = 0; i < q.size(); ++i) q.data()[i] = normal(rng);
-            for (Index i = 0; i < p.size(); ++i) p.data()[i] = normal(rng);
+            fill_normal(rows, normal, rng);
+            fill_normal(q, normal, rng);
+            fill_normal(p, normal, rng);
             const RowMatrix<float> widened = rows.template cast<float>();
             if constexpr (detail::kFewRowsRead<float, S>) {
                 RowMatrix<float> logits_stored(2, 37), logits_float(2, 37);
