@@ -1,5 +1,5 @@
-// Asking Linux to back a large buffer that a decode step streams (a KV cache) with 2 MB transparent
-// huge pages.
+// Asking Linux to back a large buffer that a decode step streams (a KV cache, a weight matrix) with
+// 2 MB transparent huge pages.
 //
 // A decode step reads every cached key and value once, so its floor is their bytes over the memory
 // bandwidth. Over 4 KB pages one core's hardware prefetcher stops at every page boundary and a page
@@ -59,6 +59,16 @@ template <typename Matrix>
 Matrix huge_page_matrix(Index rows, Index cols) {
     Matrix m(rows, cols);
     advise_huge_pages(m.data(), static_cast<std::size_t>(m.size()) * sizeof(typename Matrix::Scalar));
+    return m;
+}
+
+/// A rows x cols Eigen matrix of zeros whose pages are advised before the zeros are written: a
+/// weight matrix, which every decode step streams once, as it does the KV cache (docs/benchmarks.md,
+/// "Weights on huge pages").
+template <typename Matrix>
+Matrix zero_huge_page_matrix(Index rows, Index cols) {
+    Matrix m = huge_page_matrix<Matrix>(rows, cols);
+    m.setZero();
     return m;
 }
 

@@ -68,12 +68,12 @@ public:
         if (config_.kind == AttentionKind::shared_diff) {
             w.shared = SharedDiffFactors<T>(D, config_.n_heads, d, config_.shared_diff_rank);
         } else {
-            w.q_proj = RowMatrix<T>::Zero(config_.q_width(), D);
-            w.k_proj = RowMatrix<T>::Zero(config_.k_width(), D);
+            w.q_proj = zero_weights<T>(config_.q_width(), D);
+            w.k_proj = zero_weights<T>(config_.k_width(), D);
         }
-        w.v_proj = RowMatrix<T>::Zero(config_.v_width(), D);
-        w.out_proj = RowMatrix<T>::Zero(D, config_.out_width());
-        if (config_.kind == AttentionKind::diff_v2) w.lambda_proj = RowMatrix<T>::Zero(config_.n_heads, D);
+        w.v_proj = zero_weights<T>(config_.v_width(), D);
+        w.out_proj = zero_weights<T>(D, config_.out_width());
+        if (config_.kind == AttentionKind::diff_v2) w.lambda_proj = zero_weights<T>(config_.n_heads, D);
         if (config_.has_lambda()) w.lambda = DiffLambda<T>(d);
         if (config_.has_subln()) w.subln = RmsNorm<T>(2 * d, config_.conventions.pair_norm_eps);
     }

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "diffattn/core/error.hpp"
+#include "diffattn/core/huge_pages.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/io/safetensors_format.hpp"  // detail::ends_with
 
@@ -26,6 +27,13 @@
 #include <vector>
 
 namespace diffattn {
+
+/// A weight matrix of zeros, on huge pages where it holds whole 2 MB ones (zero_huge_page_matrix): the
+/// storage every module allocates for its tensors.
+template <typename T>
+RowMatrix<T> zero_weights(Index rows, Index cols) {
+    return zero_huge_page_matrix<RowMatrix<T>>(rows, cols);
+}
 
 /// A writable [rows x cols] row-major view with an outer stride (a matrix, a vector seen as one
 /// row, or a block of a wider row-major matrix).

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "diffattn/core/checks.hpp"
+#include "diffattn/core/huge_pages.hpp"
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/layers/linear.hpp"
@@ -43,9 +44,9 @@ struct SharedDiffFactors {
 
     SharedDiffFactors() = default;
     SharedDiffFactors(Index d_model, Index n_heads, Index head_dim, Index rank)
-        : q_base(RowMatrix<T>::Zero(head_dim, d_model)), k_base(RowMatrix<T>::Zero(head_dim, d_model)),
-          q_a(RowMatrix<T>::Zero(d_model, 2 * n_heads * rank)), k_a(RowMatrix<T>::Zero(d_model, 2 * n_heads * rank)),
-          q_b(RowMatrix<T>::Zero(2 * n_heads * head_dim, rank)), k_b(RowMatrix<T>::Zero(2 * n_heads * head_dim, rank)) {}
+        : q_base(zero_weights<T>(head_dim, d_model)), k_base(zero_weights<T>(head_dim, d_model)),
+          q_a(zero_weights<T>(d_model, 2 * n_heads * rank)), k_a(zero_weights<T>(d_model, 2 * n_heads * rank)),
+          q_b(zero_weights<T>(2 * n_heads * head_dim, rank)), k_b(zero_weights<T>(2 * n_heads * head_dim, rank)) {}
 
     Index head_dim() const { return q_base.rows(); }
     Index rank() const { return q_b.cols(); }
@@ -134,7 +135,9 @@ private:
     static void merge_one(const RowMatrix<T>& base_w, const RowMatrix<T>& a, const RowMatrix<T>& b,
                           RowMatrix<T>& merged) {
         const Index d = base_w.rows(), r = b.cols(), maps = b.rows() / d;
-        merged.resize(maps * d, base_w.cols());
+        if (merged.rows() != maps * d || merged.cols() != base_w.cols()) {
+            merged = huge_page_matrix<RowMatrix<T>>(maps * d, base_w.cols());  // what decode steps stream
+        }
         for (Index t = 0; t < maps; ++t) {
             auto rows = merged.middleRows(t * d, d);  // [d x D]
             rows = base_w;

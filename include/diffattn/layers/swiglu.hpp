@@ -45,9 +45,9 @@ struct SwiGlu {
 
     SwiGlu() = default;
     SwiGlu(Index d_model, Index d_ff, MlpActivation act = MlpActivation::silu)
-        : gate_proj(RowMatrix<T>::Zero(d_ff, d_model)),
-          up_proj(RowMatrix<T>::Zero(d_ff, d_model)),
-          down_proj(RowMatrix<T>::Zero(d_model, d_ff)),
+        : gate_proj(zero_weights<T>(d_ff, d_model)),
+          up_proj(zero_weights<T>(d_ff, d_model)),
+          down_proj(zero_weights<T>(d_model, d_ff)),
           activation(act) {}
 
     Index d_model() const { return gate_proj.cols(); }
