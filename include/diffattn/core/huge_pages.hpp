@@ -62,14 +62,4 @@ Matrix huge_page_matrix(Index rows, Index cols) {
     return m;
 }
 
-/// A rows x cols Eigen matrix of zeros whose pages are advised before the zeros are written: a
-/// weight matrix, which every decode step streams once, as it does the KV cache (docs/benchmarks.md,
-/// "Weights on huge pages").
-template <typename Matrix>
-Matrix zero_huge_page_matrix(Index rows, Index cols) {
-    Matrix m = huge_page_matrix<Matrix>(rows, cols);
-    m.setZero();
-    return m;
-}
-
 }  // namespace diffattn

@@ -28,11 +28,14 @@
 
 namespace diffattn {
 
-/// A weight matrix of zeros, on huge pages where it holds whole 2 MB ones (zero_huge_page_matrix): the
-/// storage every module allocates for its tensors.
+/// A weight matrix of zeros, the storage every module allocates for its tensors: its pages are
+/// advised (huge_page_matrix) before the zeros are written, since every decode step streams it once,
+/// as it does the KV cache (docs/benchmarks.md, "Weights on huge pages").
 template <typename T>
 RowMatrix<T> zero_weights(Index rows, Index cols) {
-    return zero_huge_page_matrix<RowMatrix<T>>(rows, cols);
+    RowMatrix<T> m = huge_page_matrix<RowMatrix<T>>(rows, cols);
+    m.setZero();
+    return m;
 }
 
 /// A writable [rows x cols] row-major view with an outer stride (a matrix, a vector seen as one
