@@ -12,6 +12,7 @@
 #include "diffattn/core/memory_limit.hpp"
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/core/weight_matrix.hpp"
 
 // kernels: single-head attention (docs/math.md §1-2), its scratch memory (AttentionWorkspace) and the plain
 // reference

@@ -204,9 +204,9 @@ TEMPLATE_TEST_CASE("Shared DIFF: the factored projection's token blocks give the
     // docs/math.md §3.3 in double: map t of Q is X q_base^T + (X a_t) b_t^T; likewise K.
     const RowMatrix<double> xd = x.template cast<double>();
     RowMatrix<double> expected(n, 2 * maps * d);
-    const RowMatrix<T>* bases[2] = {&f.q_base, &f.k_base};
-    const RowMatrix<T>* as[2] = {&f.q_a, &f.k_a};
-    const RowMatrix<T>* bs[2] = {&f.q_b, &f.k_b};
+    const WeightMatrix<T>* bases[2] = {&f.q_base, &f.k_base};
+    const WeightMatrix<T>* as[2] = {&f.q_a, &f.k_a};
+    const WeightMatrix<T>* bs[2] = {&f.q_b, &f.k_b};
     for (int which = 0; which < 2; ++which) {
         for (Index t = 0; t < maps; ++t) {
             expected.middleCols((which * maps + t) * d, d) =

@@ -448,20 +448,6 @@ TEST_CASE("huge-page advice covers only whole 2 MB pages inside the buffer", "[m
     }
 }
 
-TEST_CASE("weight matrices on advised pages start as zeros of their shape", "[model][kv_cache]") {
-    // Memory just freed is handed out again: the zeros must be written, not assumed from fresh pages.
-    for (const Index rows : {Index{3}, Index{64}, Index{1100}}) {
-        {
-            RowMatrix<float> dirty = RowMatrix<float>::Constant(rows, 1024, 7.0f);
-            CHECK(dirty(rows - 1, 1023) == 7.0f);
-        }
-        const RowMatrix<float> m = zero_weights<float>(rows, 1024);  // 1100 rows: 4.3 MB, whole 2 MB pages
-        CHECK(m.rows() == rows);
-        CHECK(m.cols() == 1024);
-        CHECK(m.cwiseAbs().maxCoeff() == 0.0f);
-    }
-}
-
 // Half-precision caches (docs/math.md §6). The exact reference of a cache storing keys and values
 // as f16 or bf16 is the forward on keys and values rounded to that scalar: one prefill call through
 // an empty cache of the same precision (every token attends to rounded rows, its own included).

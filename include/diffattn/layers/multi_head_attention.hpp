@@ -45,15 +45,15 @@ namespace diffattn {
 /// empty. Shapes in nn.Linear layout [out x in]; d, dv, widths as in AttentionConfig.
 template <typename T>
 struct AttentionWeights {
-    RowMatrix<T> q_proj;         ///< [q_width x D]  `q_proj.weight` (shared_diff: merged weights after merge())
-    RowMatrix<T> k_proj;         ///< [k_width x D]  `k_proj.weight` (shared_diff: merged weights after merge())
-    RowMatrix<T> v_proj;         ///< [v_width x D]  `v_proj.weight`
-    RowMatrix<T> out_proj;       ///< [D x out_width] `out_proj.weight` (diff_v2: `o_proj.weight`)
-    RowMatrix<T> lambda_proj;    ///< diff_v2: [H x D] `lambda_proj.weight`
-    DiffLambda<T> lambda;        ///< diff, dint, shared_diff: 4 x [d] `lambda_q1` ... `lambda_k2`
-    RmsNorm<T> subln;            ///< diff, dint, shared_diff: [2d] `subln.weight` (ones when PairNorm::plain),
-                                 ///< eps conventions.pair_norm_eps (1e-5 in our format)
-    SharedDiffFactors<T> shared; ///< shared_diff: bases and low-rank factors
+    WeightMatrix<T> q_proj;       ///< [q_width x D]  `q_proj.weight` (shared_diff: merged weights after merge())
+    WeightMatrix<T> k_proj;       ///< [k_width x D]  `k_proj.weight` (shared_diff: merged weights after merge())
+    WeightMatrix<T> v_proj;       ///< [v_width x D]  `v_proj.weight`
+    WeightMatrix<T> out_proj;     ///< [D x out_width] `out_proj.weight` (diff_v2: `o_proj.weight`)
+    WeightMatrix<T> lambda_proj;  ///< diff_v2: [H x D] `lambda_proj.weight`
+    DiffLambda<T> lambda;         ///< diff, dint, shared_diff: 4 x [d] `lambda_q1` ... `lambda_k2`
+    RmsNorm<T> subln;             ///< diff, dint, shared_diff: [2d] `subln.weight` (ones when PairNorm::plain),
+                                  ///< eps conventions.pair_norm_eps (1e-5 in our format)
+    SharedDiffFactors<T> shared;  ///< shared_diff: bases and low-rank factors
 };
 
 template <typename T>
@@ -68,12 +68,12 @@ public:
         if (config_.kind == AttentionKind::shared_diff) {
             w.shared = SharedDiffFactors<T>(D, config_.n_heads, d, config_.shared_diff_rank);
         } else {
-            w.q_proj = zero_weights<T>(config_.q_width(), D);
-            w.k_proj = zero_weights<T>(config_.k_width(), D);
+            w.q_proj = WeightMatrix<T>(config_.q_width(), D);
+            w.k_proj = WeightMatrix<T>(config_.k_width(), D);
         }
-        w.v_proj = zero_weights<T>(config_.v_width(), D);
-        w.out_proj = zero_weights<T>(D, config_.out_width());
-        if (config_.kind == AttentionKind::diff_v2) w.lambda_proj = zero_weights<T>(config_.n_heads, D);
+        w.v_proj = WeightMatrix<T>(config_.v_width(), D);
+        w.out_proj = WeightMatrix<T>(D, config_.out_width());
+        if (config_.kind == AttentionKind::diff_v2) w.lambda_proj = WeightMatrix<T>(config_.n_heads, D);
         if (config_.has_lambda()) w.lambda = DiffLambda<T>(d);
         if (config_.has_subln()) w.subln = RmsNorm<T>(2 * d, config_.conventions.pair_norm_eps);
     }
@@ -102,7 +102,7 @@ public:
         AttentionWeights<T>* w = weights;
         const Index D = config.d_model, d = config.head_dim();
         const HeadPairing pairing = config.conventions.head_pairing;
-        const auto projection = [&](const char* name, Index rows, RowMatrix<T>* m) {
+        const auto projection = [&](const char* name, Index rows, WeightMatrix<T>* m) {
             std::vector<ParameterSlice<T>> slices;
             if (m != nullptr && pairing == HeadPairing::stripe) slices.push_back(ParameterSlice<T>::of(*m));
             for (Index block = 0, n = rows / d; m != nullptr && pairing != HeadPairing::stripe && block < n; ++block) {

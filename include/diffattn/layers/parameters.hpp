@@ -14,8 +14,8 @@
 #pragma once
 
 #include "diffattn/core/error.hpp"
-#include "diffattn/core/huge_pages.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/core/weight_matrix.hpp"
 #include "diffattn/io/safetensors_format.hpp"  // detail::ends_with
 
 #include <cmath>
@@ -27,16 +27,6 @@
 #include <vector>
 
 namespace diffattn {
-
-/// A weight matrix of zeros, the storage every module allocates for its tensors: its pages are
-/// advised (huge_page_matrix) before the zeros are written, since every decode step streams it once,
-/// as it does the KV cache (docs/benchmarks.md, "Weights on huge pages").
-template <typename T>
-RowMatrix<T> zero_weights(Index rows, Index cols) {
-    RowMatrix<T> m = huge_page_matrix<RowMatrix<T>>(rows, cols);
-    m.setZero();
-    return m;
-}
 
 /// A writable [rows x cols] row-major view with an outer stride (a matrix, a vector seen as one
 /// row, or a block of a wider row-major matrix).
@@ -50,10 +40,10 @@ struct ParameterSlice {
     using Map = Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>>;
     Map map() const { return Map(data, rows, cols, Eigen::OuterStride<>(outer_stride)); }
 
-    static ParameterSlice of(RowMatrix<T>& m) { return {m.data(), m.rows(), m.cols(), m.cols()}; }
+    static ParameterSlice of(WeightMatrix<T>& m) { return {m.data(), m.rows(), m.cols(), m.cols()}; }
     static ParameterSlice of(Vector<T>& v) { return {v.data(), 1, v.size(), v.size()}; }
     /// Rows [row, row + rows) x columns [col, col + cols) of a row-major matrix.
-    static ParameterSlice block(RowMatrix<T>& m, Index row, Index col, Index rows, Index cols) {
+    static ParameterSlice block(WeightMatrix<T>& m, Index row, Index col, Index rows, Index cols) {
         return {m.data() + row * m.cols() + col, rows, cols, m.cols()};
     }
 };
@@ -82,7 +72,7 @@ public:
     using Item = Parameter<T>;
 
     /// A 2-D tensor [rows, cols] stored in `m`.
-    void add(std::string name, RowMatrix<T>& m) {
+    void add(std::string name, WeightMatrix<T>& m) {
         items_.push_back({std::move(name), {m.rows(), m.cols()}, {ParameterSlice<T>::of(m)}});
     }
     /// A 1-D tensor [n] stored in `v`.
@@ -101,7 +91,7 @@ public:
         items_.push_back(std::move(item));
     }
     /// A 2-D tensor [rows, cols] in `m`, or a table entry when `m` is null.
-    void add(std::string name, Index rows, Index cols, RowMatrix<T>* m) {
+    void add(std::string name, Index rows, Index cols, WeightMatrix<T>* m) {
         add(std::move(name), {rows, cols}, m ? std::vector<ParameterSlice<T>>{ParameterSlice<T>::of(*m)}
                                              : std::vector<ParameterSlice<T>>{});
     }

@@ -14,7 +14,6 @@
 #pragma once
 
 #include "diffattn/core/checks.hpp"
-#include "diffattn/core/huge_pages.hpp"
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/layers/linear.hpp"
@@ -35,18 +34,17 @@ inline Index shared_diff_token_block(Index tokens) { return linear_block(tokens,
 
 template <typename T>
 struct SharedDiffFactors {
-    RowMatrix<T> q_base;  ///< [d x D]      `q_base.weight`
-    RowMatrix<T> k_base;  ///< [d x D]      `k_base.weight`
-    RowMatrix<T> q_a;     ///< [D x 2H r]   map t = 2h + m at columns [t r, (t+1) r): q1_a[h] (m = 0), q2_a[h] (m = 1)
-    RowMatrix<T> k_a;     ///< [D x 2H r]   k1_a[h], k2_a[h] likewise
-    RowMatrix<T> q_b;     ///< [2H d x r]   map t at rows [t d, (t+1) d): q1_b[h], q2_b[h]
-    RowMatrix<T> k_b;     ///< [2H d x r]   k1_b[h], k2_b[h] likewise
+    WeightMatrix<T> q_base;  ///< [d x D]      `q_base.weight`
+    WeightMatrix<T> k_base;  ///< [d x D]      `k_base.weight`
+    WeightMatrix<T> q_a;     ///< [D x 2H r]   map t = 2h + m at columns [t r, (t+1) r): q1_a[h] (m = 0), q2_a[h] (m = 1)
+    WeightMatrix<T> k_a;     ///< [D x 2H r]   k1_a[h], k2_a[h] likewise
+    WeightMatrix<T> q_b;     ///< [2H d x r]   map t at rows [t d, (t+1) d): q1_b[h], q2_b[h]
+    WeightMatrix<T> k_b;     ///< [2H d x r]   k1_b[h], k2_b[h] likewise
 
     SharedDiffFactors() = default;
     SharedDiffFactors(Index d_model, Index n_heads, Index head_dim, Index rank)
-        : q_base(zero_weights<T>(head_dim, d_model)), k_base(zero_weights<T>(head_dim, d_model)),
-          q_a(zero_weights<T>(d_model, 2 * n_heads * rank)), k_a(zero_weights<T>(d_model, 2 * n_heads * rank)),
-          q_b(zero_weights<T>(2 * n_heads * head_dim, rank)), k_b(zero_weights<T>(2 * n_heads * head_dim, rank)) {}
+        : q_base(head_dim, d_model), k_base(head_dim, d_model), q_a(d_model, 2 * n_heads * rank),
+          k_a(d_model, 2 * n_heads * rank), q_b(2 * n_heads * head_dim, rank), k_b(2 * n_heads * head_dim, rank) {}
 
     Index head_dim() const { return q_base.rows(); }
     Index rank() const { return q_b.cols(); }
@@ -85,7 +83,7 @@ struct SharedDiffFactors {
     }
 
     /// Merged weights in nn.Linear layout: q_proj, k_proj [2H d x D], rows of map t = base + b_t a_t^T.
-    void merge_into(RowMatrix<T>& q_proj, RowMatrix<T>& k_proj) const {
+    void merge_into(WeightMatrix<T>& q_proj, WeightMatrix<T>& k_proj) const {
         merge_one(q_base, q_a, q_b, q_proj);
         merge_one(k_base, k_a, k_b, k_proj);
     }
@@ -103,8 +101,8 @@ struct SharedDiffFactors {
         list.add(prefix + "k_base.weight", d, d_model, factors ? &factors->k_base : nullptr);
         const char* names[2] = {"q", "k"};
         for (int which = 0; which < 2; ++which) {
-            RowMatrix<T>* a = factors ? (which == 0 ? &factors->q_a : &factors->k_a) : nullptr;
-            RowMatrix<T>* b = factors ? (which == 0 ? &factors->q_b : &factors->k_b) : nullptr;
+            WeightMatrix<T>* a = factors ? (which == 0 ? &factors->q_a : &factors->k_a) : nullptr;
+            WeightMatrix<T>* b = factors ? (which == 0 ? &factors->q_b : &factors->k_b) : nullptr;
             for (Index m = 0; m < 2; ++m) {
                 std::vector<ParameterSlice<T>> a_slices, b_slices;
                 for (Index h = 0; h < n_heads && factors; ++h) {
@@ -121,8 +119,8 @@ struct SharedDiffFactors {
 
 private:
     template <typename Rows, typename Base, typename Xa, typename Out>
-    static void project_one(const Rows& x, const RowMatrix<T>& base_w, const RowMatrix<T>& a,
-                            const RowMatrix<T>& b, Base base, Xa xa, Out out, Index d, Index r, Index maps) {
+    static void project_one(const Rows& x, const WeightMatrix<T>& base_w, const WeightMatrix<T>& a,
+                            const WeightMatrix<T>& b, Base base, Xa xa, Out out, Index d, Index r, Index maps) {
         base.noalias() = x * base_w.transpose();  // [N x d]     X base^T, shared by all maps
         xa.noalias() = x * a;                     // [N x 2H r]  X a_t for every map t
         for (Index t = 0; t < maps; ++t) {
@@ -132,12 +130,10 @@ private:
         }
     }
 
-    static void merge_one(const RowMatrix<T>& base_w, const RowMatrix<T>& a, const RowMatrix<T>& b,
-                          RowMatrix<T>& merged) {
+    static void merge_one(const WeightMatrix<T>& base_w, const WeightMatrix<T>& a, const WeightMatrix<T>& b,
+                          WeightMatrix<T>& merged) {
         const Index d = base_w.rows(), r = b.cols(), maps = b.rows() / d;
-        if (merged.rows() != maps * d || merged.cols() != base_w.cols()) {
-            merged = huge_page_matrix<RowMatrix<T>>(maps * d, base_w.cols());  // what decode steps stream
-        }
+        merged.resize(maps * d, base_w.cols());
         for (Index t = 0; t < maps; ++t) {
             auto rows = merged.middleRows(t * d, d);  // [d x D]
             rows = base_w;

@@ -37,18 +37,15 @@ struct SwiGluScratch {
 
 template <typename T>
 struct SwiGlu {
-    RowMatrix<T> gate_proj;  ///< [d_ff x d_model]  `mlp.gate_proj.weight`
-    RowMatrix<T> up_proj;    ///< [d_ff x d_model]  `mlp.up_proj.weight`
-    RowMatrix<T> down_proj;  ///< [d_model x d_ff]  `mlp.down_proj.weight`
+    WeightMatrix<T> gate_proj;  ///< [d_ff x d_model]  `mlp.gate_proj.weight`
+    WeightMatrix<T> up_proj;    ///< [d_ff x d_model]  `mlp.up_proj.weight`
+    WeightMatrix<T> down_proj;  ///< [d_model x d_ff]  `mlp.down_proj.weight`
     MlpActivation activation = MlpActivation::silu;
-    PolyNorm<T> poly_norm;   ///< poly_norm: `mlp.act_fn.weight`, `mlp.act_fn.bias`
+    PolyNorm<T> poly_norm;      ///< poly_norm: `mlp.act_fn.weight`, `mlp.act_fn.bias`
 
     SwiGlu() = default;
     SwiGlu(Index d_model, Index d_ff, MlpActivation act = MlpActivation::silu)
-        : gate_proj(zero_weights<T>(d_ff, d_model)),
-          up_proj(zero_weights<T>(d_ff, d_model)),
-          down_proj(zero_weights<T>(d_model, d_ff)),
-          activation(act) {}
+        : gate_proj(d_ff, d_model), up_proj(d_ff, d_model), down_proj(d_model, d_ff), activation(act) {}
 
     Index d_model() const { return gate_proj.cols(); }
     Index d_ff() const { return gate_proj.rows(); }

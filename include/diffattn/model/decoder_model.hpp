@@ -39,18 +39,18 @@ using Token = std::int32_t;
 template <typename T>
 class DecoderModel {
 public:
-    RowMatrix<T> embed_tokens;            ///< [V x D]  `model.embed_tokens.weight`
+    WeightMatrix<T> embed_tokens;         ///< [V x D]  `model.embed_tokens.weight`
     std::vector<DecoderLayer<T>> layers;  ///< L layers, `model.layers.<i>.*`
     RmsNorm<T> norm;                      ///< [D]      `model.norm.weight`
-    RowMatrix<T> lm_head;                 ///< [V x D]  `lm_head.weight` (empty when tied)
+    WeightMatrix<T> lm_head;              ///< [V x D]  `lm_head.weight` (empty when tied)
 
     /// A model of this configuration with zero projections and unit norm weights; validates it.
     explicit DecoderModel(const ModelConfig& config) : config_(validated(config)) {
-        embed_tokens = zero_weights<T>(config_.vocab_size, config_.hidden_size);
+        embed_tokens = WeightMatrix<T>(config_.vocab_size, config_.hidden_size);
         layers.reserve(static_cast<std::size_t>(config_.num_hidden_layers));
         for (Index i = 0; i < config_.num_hidden_layers; ++i) layers.emplace_back(config_, i);
         norm = RmsNorm<T>(config_.hidden_size, config_.rms_norm_eps);
-        if (!config_.tie_word_embeddings) lm_head = zero_weights<T>(config_.vocab_size, config_.hidden_size);
+        if (!config_.tie_word_embeddings) lm_head = WeightMatrix<T>(config_.vocab_size, config_.hidden_size);
     }
 
     /// Loads a model directory: config.json of our own format (docs/math.md §5) or of a released DiffLlama
