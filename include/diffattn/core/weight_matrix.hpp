@@ -6,6 +6,8 @@
 // the pooled storage in place. Unlike a Map it owns that storage and behaves as RowMatrix does:
 // copies are deep, assigning an expression of another shape reallocates, resize() reallocates
 // when the shape changes (contents then unspecified), and moves take the storage over.
+// What writes through the Map itself (noalias(), a block, +=) keeps the shape, as a Map's writes
+// do, and Eigen asserts that the shapes agree: give the shape first (resize) where it may differ.
 #pragma once
 
 #include "diffattn/core/error.hpp"
