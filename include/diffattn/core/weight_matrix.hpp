@@ -30,7 +30,8 @@ public:
 
     /// An empty [0 x 0] matrix.
     WeightMatrix() : Base(nullptr, 0, 0) {}
-    /// A [rows x cols] matrix of zeros. ShapeError for a negative or unaddressable size.
+    /// A [rows x cols] matrix of zeros. ShapeError for a negative shape or one larger than the
+    /// machine's memory.
     WeightMatrix(Index rows, Index cols) : WeightMatrix() {
         reallocate(rows, cols);
         this->setZero();

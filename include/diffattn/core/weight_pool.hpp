@@ -23,14 +23,14 @@
 namespace diffattn {
 
 namespace detail {
-/// One 2 MB-aligned allocation for weights; `advised` bytes from its start are asked for huge pages.
+/// One 2 MB-aligned allocation for weights, whose whole 2 MB pages are asked for huge pages.
 class WeightChunk {
 public:
-    WeightChunk(std::size_t bytes, std::size_t advised)
+    explicit WeightChunk(std::size_t bytes)
         : bytes_(bytes),
           data_(static_cast<unsigned char*>(std::aligned_alloc(kHugePageBytes, round_up(bytes, kHugePageBytes)))) {
         if (data_ == nullptr) throw std::bad_alloc();
-        advise_huge_pages(data_, advised);
+        advise_huge_pages(data_, bytes);
     }
     WeightChunk(const WeightChunk&) = delete;
     WeightChunk& operator=(const WeightChunk&) = delete;
@@ -69,13 +69,13 @@ public:
         if (bytes == 0) return {};
         bytes = detail::WeightChunk::round_up(bytes, kAlignment);
         if (bytes >= kChunkBytes / 4) {
-            auto own = std::make_shared<const detail::WeightChunk>(bytes, bytes);
+            auto own = std::make_shared<const detail::WeightChunk>(bytes);
             return {own->data(), own};
         }
         const std::lock_guard<std::mutex> lock(mutex_);
         std::shared_ptr<const detail::WeightChunk> chunk = current_.lock();
         if (chunk == nullptr || used_ + bytes > chunk->bytes()) {
-            chunk = std::make_shared<const detail::WeightChunk>(kChunkBytes, kChunkBytes);
+            chunk = std::make_shared<const detail::WeightChunk>(kChunkBytes);
             current_ = chunk;
             used_ = 0;
         }
