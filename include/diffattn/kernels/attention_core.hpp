@@ -67,6 +67,11 @@ public:
                                               packed->queries.data() + (q_begin - group_begin) * depth, depth, scale_);
     }
 
+    /// Whether `other` reads the same key rows (DIFF V2's two query heads of one kv head).
+    bool reads_keys_of(const DotProductLogits& other) const {
+        return k_.data() == other.k_.data() && k_.rows() == other.k_.rows() && k_.outerStride() == other.k_.outerStride();
+    }
+
 private:
     const ConstMatrixRef<T>& q_;  // [N x d]
     const ConstMatrixRef<S>& k_;  // [S x d]

@@ -33,23 +33,33 @@ struct MapToKeep {
 
 /// Pass 1 over the keys [keys.begin, keys.end) the rows [q_begin, q_begin + q_rows) see, for each
 /// of `maps`: its logits kept, and folded into its statistics (value width 0: only the row max and
-/// sum). The maps take each key tile in turn, so two maps over the same keys (DIFF V2's two query
-/// heads of one kv head) read them from memory once.
+/// sum). Maps over the same keys (`shared_keys`: DIFF V2's two query heads of one kv head) take
+/// each key tile in turn, so that the keys are read from memory once; maps over keys of their own
+/// (DIFF's K1 and K2) go one after the other, each reading its keys as one stream, which the
+/// prefetchers follow better than tiles of two streams in turn (docs/benchmarks.md, "One stream
+/// per map"). Each map folds its tiles in the same order either way, so the results are the same.
 template <typename T, typename Logits, std::size_t M, typename Mask>
 void keep_map_logits(const std::array<MapToKeep<T, Logits>, M>& maps, const Mask& mask, Index q_begin, Index q_rows,
-                     BlockScratch<T>& scratch, KeyRange keys) {
+                     BlockScratch<T>& scratch, KeyRange keys, bool shared_keys = false) {
     for (const MapToKeep<T, Logits>& map : maps) map.statistics.reset(q_rows, 0);
     const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
-    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kKeyTile) {
+    const auto keep_tile = [&](const MapToKeep<T, Logits>& map, Index k_begin) {
         const Index k_count = std::min(kKeyTile, visit_end - k_begin);
         const bool masked = k_begin + k_count > block_unmasked_end(mask, q_begin);
-        for (const MapToKeep<T, Logits>& map : maps) {
-            auto tile = scratch.logits.topLeftCorner(q_rows, k_count);  // padded rows, as fold() needs
-            map.logits(q_begin, q_begin, k_begin, tile, nullptr, scratch.key_tile);
-            map.kept.middleCols(k_begin, k_count) = tile;
-            map.statistics.fold(0, tile, masked,
-                                [&](Index r) { return visible_keys_in_tile(mask, q_begin + r, k_begin, k_count); });
+        auto tile = scratch.logits.topLeftCorner(q_rows, k_count);  // padded rows, as fold() needs
+        map.logits(q_begin, q_begin, k_begin, tile, nullptr, scratch.key_tile);
+        map.kept.middleCols(k_begin, k_count) = tile;
+        map.statistics.fold(0, tile, masked,
+                            [&](Index r) { return visible_keys_in_tile(mask, q_begin + r, k_begin, k_count); });
+    };
+    if (shared_keys) {
+        for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kKeyTile) {
+            for (const MapToKeep<T, Logits>& map : maps) keep_tile(map, k_begin);
         }
+        return;
+    }
+    for (const MapToKeep<T, Logits>& map : maps) {
+        for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kKeyTile) keep_tile(map, k_begin);
     }
 }
 
@@ -171,7 +181,7 @@ void keep_two_maps(const DotProductLogits<T, S>& logits1, const DotProductLogits
     fold_key_runs<2>(mask, 0, q_rows, threads, ws, scratch, {&scratch.states[0], &scratch.states[1]},
                      [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
                          const std::array<Map, 2> maps{Map{logits1, kept1, *states[0]}, Map{logits2, kept2, *states[1]}};
-                         keep_map_logits(maps, mask, 0, q_rows, mine, keys);
+                         keep_map_logits(maps, mask, 0, q_rows, mine, keys, logits1.reads_keys_of(logits2));
                      });
 }
 

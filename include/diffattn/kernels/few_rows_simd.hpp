@@ -54,6 +54,12 @@ inline __m512 sum_lanes_of_16(__m512 (&v)[16]) {
                          _mm512_shuffle_f32x4(octs[0], octs[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
+/// Keeps the loads before this point before the loads after it. GCC otherwise schedules a step's
+/// 16 keys packet by packet (key 0's first packet, key 1's first, ...), which reads each key's
+/// lines out of memory order and slowed the key dots by 10-20% (docs/benchmarks.md, "One stream
+/// per map"). A compiler barrier only: it emits no instruction.
+__attribute__((always_inline)) inline void keep_load_order() { __asm__ volatile("" ::: "memory"); }
+
 /// The scaled dots of `query` with the n <= 16 key rows from `keys` (row-major with `stride`, head
 /// dim d = full + the lanes of `tail`) into out[0, n). Each key's packets are read one after the
 /// other, key by key, in the order the rows lie in memory, which the hardware prefetcher follows.
@@ -76,6 +82,7 @@ __attribute__((always_inline)) inline void scaled_key_dots_step(const float* que
             if constexpr (Packets > 0) {
 #pragma GCC unroll 8
                 for (int i = 0; i < Packets; ++i) acc[t] = _mm512_fmadd_ps(widen16(key + 16 * i), q[i], acc[t]);
+                keep_load_order();
             } else {
                 for (Index i = 0; i < full; i += 16) {
                     acc[t] = _mm512_fmadd_ps(widen16(key + i), _mm512_loadu_ps(query + i), acc[t]);
