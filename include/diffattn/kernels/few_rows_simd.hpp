@@ -56,8 +56,8 @@ inline __m512 sum_lanes_of_16(__m512 (&v)[16]) {
 
 /// Keeps the loads before this point before the loads after it. GCC otherwise schedules a step's
 /// 16 keys packet by packet (key 0's first packet, key 1's first, ...), which reads each key's
-/// lines out of memory order and slowed the key dots by 10-20% (docs/benchmarks.md, "One stream
-/// per map"). A compiler barrier only: it emits no instruction.
+/// lines out of memory order, more slowly (docs/benchmarks.md, "One stream per map"). A compiler
+/// barrier only: it emits no instruction.
 __attribute__((always_inline)) inline void keep_load_order() { __asm__ volatile("" ::: "memory"); }
 
 /// The scaled dots of `query` with the n <= 16 key rows from `keys` (row-major with `stride`, head
