@@ -16,6 +16,14 @@
 //                                         `context` + 31 over the 32 iterations (a few per cent at 2048).
 //   decode_cached/kind:<k>/kv:<P>/context:<C>/threads:<T>  the same with a cache storing keys and
 //                                         values as P = f16 or bf16 (KvPrecision): half the bytes.
+//   decode_heads/kind:<k>/context:<C>/threads:<T>  a step's attention heads alone (k = diff or
+//                                         softmax): each head of every layer, one after another, its
+//                                         kernel on one query row over `context` keys and values of
+//                                         a store laid out as the KvCache's (detail::KvStore, huge
+//                                         pages), its keys split over the T threads as in the
+//                                         model's one-row step. roofline_share: the cache's bytes
+//                                         over the time, against the same yardstick; beside
+//                                         decode_cached it tells the kernels' share from the step's.
 //   decode_recompute/kind:<k>/context:<C>/threads:<T>  each iteration runs the full forward over
 //                                         context + 1 tokens, which is what producing one token
 //                                         costs without a cache; one iteration (8192 takes seconds).
@@ -36,8 +44,12 @@
 #include "bench_common.hpp"
 
 #include "diffattn/core/parallel.hpp"
+#include "diffattn/kernels/diff_attention.hpp"
+#include "diffattn/kernels/softmax_attention.hpp"
+#include "diffattn/layers/head_blocks.hpp"
 #include "diffattn/model/decoder_model.hpp"
 #include "diffattn/model/kv_cache.hpp"
+#include "diffattn/model/kv_store.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -47,6 +59,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -156,6 +169,57 @@ void BM_decode_cached(benchmark::State& state, int kind, Index context, int thre
     set_roofline_counters(state, model, context + kDecodeSteps / 2, yardstick.after(), seconds, precision);
 }
 
+void BM_decode_heads(benchmark::State& state, int kind, Index context, int threads) {
+    const ModelConfig config = bench_config(kind);
+    const AttentionConfig a = config.attention_config();
+    const bool diff = kKinds[kind].attention == AttentionKind::diff;
+    detail::KvStore<float> store;
+    store.allocate(config.num_hidden_layers, context + kDecodeSteps, a);
+    for (Index layer = 0; layer < config.num_hidden_layers; ++layer) {
+        store.keys(layer) = bench::random_matrix(store.keys(layer).rows(), a.head_dim(), 2 * layer + 1);
+        store.values(layer) = bench::random_matrix(store.values(layer).rows(), a.value_dim(), 2 * layer + 2);
+    }
+    const RowMatrix<float> q = bench::random_matrix(2, a.head_dim(), 99);
+    RowMatrix<float> out(1, a.value_dim());
+    AttentionWorkspace<float> ws;
+    AttentionOptions options;
+    options.mask = MaskKind::causal;  // one row at the end of the sequence: it sees every key
+    options.threads = threads;
+    const auto heads_of_every_layer = [&] {
+        for (Index layer = 0; layer < config.num_hidden_layers; ++layer) {
+            const auto keys = HeadBlocks<const float>::head_major(std::as_const(store).keys(layer), a.n_key_maps());
+            const auto values = HeadBlocks<const float>::head_major(std::as_const(store).values(layer), a.n_value_heads());
+            for (Index h = 0; h < config.num_attention_heads; ++h) {
+                const auto v = values.head(a.value_head(h, 0), 0, context);
+                if (diff) {
+                    detail::diff_attention<float, float>(q.row(0), keys.head(a.key_map(h, 0), 0, context), q.row(1),
+                                                         keys.head(a.key_map(h, 1), 0, context), v, 0.5f, out,
+                                                         options, &ws);
+                } else {
+                    detail::softmax_attention<float, float>(q.row(0), keys.head(a.key_map(h, 0), 0, context), v, out,
+                                                            options, &ws);
+                }
+            }
+        }
+        benchmark::ClobberMemory();
+    };
+    heads_of_every_layer();  // sizes the workspace
+    bench::StreamYardstick yardstick(threads);
+    const auto start = bench::Clock::now();
+    for (auto _ : state) heads_of_every_layer();
+    const double seconds = bench::seconds_since(start);
+    const double bandwidth = yardstick.after();
+    const double bytes = static_cast<double>(config.num_hidden_layers) * static_cast<double>(context) *
+                         static_cast<double>(a.k_width() + a.v_width()) * sizeof(float);
+    const double rate = bytes * static_cast<double>(state.iterations()) / seconds;
+    state.counters["context"] = static_cast<double>(context);
+    state.counters["cache_bytes"] = bytes;
+    state.counters["GB/s"] = rate / 1e9;
+    state.counters["stream_GB/s"] = bandwidth / 1e9;
+    state.counters["roofline_share"] = rate / bandwidth;
+    state.SetLabel(kKinds[kind].name);
+}
+
 void BM_decode_recompute(benchmark::State& state, int kind, Index context, int threads) {
     const DecoderModel<float>& model = bench_model(kind);
     std::vector<Token> tokens = bench_tokens(context + 1, model.config().vocab_size);
@@ -174,6 +238,22 @@ void register_all(const bench::BenchArgs& args, bool long_contexts) {
     bench::register_stream_read();
     std::vector<Index> contexts = args.quick ? std::vector<Index>{256, 1024} : std::vector<Index>{2048, 8192};
     if (long_contexts && !args.quick) contexts.push_back(32768);
+    for (const char* kind_name : {"diff", "softmax"}) {
+        int kind = 0;
+        while (std::string(kKinds[kind].name) != kind_name) ++kind;
+        for (Index context : contexts) {
+            if (!args.fits(context)) continue;
+            for (int threads : {1, 2}) {
+                bench::Name name("decode_heads");
+                name("kind", kind_name)("context", context)("threads", threads);
+                benchmark::RegisterBenchmark(name.str().c_str(),
+                                             [=](benchmark::State& s) { BM_decode_heads(s, kind, context, threads); })
+                    ->UseRealTime()
+                    ->Unit(benchmark::kMillisecond)
+                    ->Iterations(kDecodeSteps);
+            }
+        }
+    }
     for (const char* family : {"decode_cached", "decode_recompute"}) {
         const bool cached = std::string(family) == "decode_cached";
         for (int kind = 0; kind < kKindCount; ++kind) {
