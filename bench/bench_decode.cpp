@@ -59,7 +59,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace {
@@ -169,6 +168,7 @@ void BM_decode_cached(benchmark::State& state, int kind, Index context, int thre
     set_roofline_counters(state, model, context + kDecodeSteps / 2, yardstick.after(), seconds, precision);
 }
 
+/// decode_heads (the file comment): a step's attention heads alone, kind diff or softmax.
 void BM_decode_heads(benchmark::State& state, int kind, Index context, int threads) {
     const ModelConfig config = bench_config(kind);
     const AttentionConfig a = config.attention_config();
@@ -179,6 +179,7 @@ void BM_decode_heads(benchmark::State& state, int kind, Index context, int threa
         store.keys(layer) = bench::random_matrix(store.keys(layer).rows(), a.head_dim(), 2 * layer + 1);
         store.values(layer) = bench::random_matrix(store.values(layer).rows(), a.value_dim(), 2 * layer + 2);
     }
+    const detail::KvStore<float>& stored = store;  // read-only from here
     const RowMatrix<float> q = bench::random_matrix(2, a.head_dim(), 99);
     RowMatrix<float> out(1, a.value_dim());
     AttentionWorkspace<float> ws;
@@ -187,8 +188,8 @@ void BM_decode_heads(benchmark::State& state, int kind, Index context, int threa
     options.threads = threads;
     const auto heads_of_every_layer = [&] {
         for (Index layer = 0; layer < config.num_hidden_layers; ++layer) {
-            const auto keys = HeadBlocks<const float>::head_major(std::as_const(store).keys(layer), a.n_key_maps());
-            const auto values = HeadBlocks<const float>::head_major(std::as_const(store).values(layer), a.n_value_heads());
+            const auto keys = HeadBlocks<const float>::head_major(stored.keys(layer), a.n_key_maps());
+            const auto values = HeadBlocks<const float>::head_major(stored.values(layer), a.n_value_heads());
             for (Index h = 0; h < config.num_attention_heads; ++h) {
                 const auto v = values.head(a.value_head(h, 0), 0, context);
                 if (diff) {
