@@ -107,17 +107,22 @@ std::vector<Token> bench_tokens(Index n, Index vocab) {
     return tokens;
 }
 
+/// Bytes of the cached keys and values of every layer at `context` tokens, at their stored size.
+double cache_bytes(const ModelConfig& c, Index context, KvPrecision precision) {
+    const AttentionConfig a = c.attention_config();
+    return static_cast<double>(c.num_hidden_layers) * static_cast<double>(context) *
+           static_cast<double>(a.k_width() + a.v_width()) *
+           static_cast<double>(KvCache<float>::stored_scalar_bytes(precision));
+}
+
 /// Bytes one decode step at `context` cached tokens must read at least: the weights (the token
 /// embedding only one row, unless lm_head shares it) and the cached keys and values of every
 /// layer, and DINT causal_softmax's column sums (read and written).
 double step_bytes(const DecoderModel<float>& model, Index context, KvPrecision precision) {
     const ModelConfig& c = model.config();
-    const AttentionConfig a = c.attention_config();
     double weights = static_cast<double>(model.parameter_count());
     if (!c.tie_word_embeddings) weights -= static_cast<double>((c.vocab_size - 1) * c.hidden_size);
-    const double cache = static_cast<double>(c.num_hidden_layers) * static_cast<double>(context) *
-                         static_cast<double>(a.k_width() + a.v_width()) *
-                         static_cast<double>(KvCache<float>::stored_scalar_bytes(precision));
+    const double cache = cache_bytes(c, context, precision);
     double sums = 0;
     if (c.attention == AttentionKind::dint && c.dint_integral == DintIntegral::causal_softmax) {
         sums = 2.0 * static_cast<double>(c.num_hidden_layers * c.num_attention_heads) * static_cast<double>(context);
@@ -210,8 +215,7 @@ void BM_decode_heads(benchmark::State& state, int kind, Index context, int threa
     for (auto _ : state) heads_of_every_layer();
     const double seconds = bench::seconds_since(start);
     const double bandwidth = yardstick.after();
-    const double bytes = static_cast<double>(config.num_hidden_layers) * static_cast<double>(context) *
-                         static_cast<double>(a.k_width() + a.v_width()) * sizeof(float);
+    const double bytes = cache_bytes(config, context, KvPrecision::f32);
     const double rate = bytes * static_cast<double>(state.iterations()) / seconds;
     state.counters["context"] = static_cast<double>(context);
     state.counters["cache_bytes"] = bytes;
@@ -239,28 +243,15 @@ void register_all(const bench::BenchArgs& args, bool long_contexts) {
     bench::register_stream_read();
     std::vector<Index> contexts = args.quick ? std::vector<Index>{256, 1024} : std::vector<Index>{2048, 8192};
     if (long_contexts && !args.quick) contexts.push_back(32768);
-    for (const char* kind_name : {"diff", "softmax"}) {
-        int kind = 0;
-        while (std::string(kKinds[kind].name) != kind_name) ++kind;
-        for (Index context : contexts) {
-            if (!args.fits(context)) continue;
-            for (int threads : {1, 2}) {
-                bench::Name name("decode_heads");
-                name("kind", kind_name)("context", context)("threads", threads);
-                benchmark::RegisterBenchmark(name.str().c_str(),
-                                             [=](benchmark::State& s) { BM_decode_heads(s, kind, context, threads); })
-                    ->UseRealTime()
-                    ->Unit(benchmark::kMillisecond)
-                    ->Iterations(kDecodeSteps);
-            }
-        }
-    }
-    for (const char* family : {"decode_cached", "decode_recompute"}) {
+    for (const char* family : {"decode_cached", "decode_heads", "decode_recompute"}) {
         const bool cached = std::string(family) == "decode_cached";
+        const bool heads = std::string(family) == "decode_heads";
         for (int kind = 0; kind < kKindCount; ++kind) {
-            if (!cached && kind > 1) continue;  // the recompute yardstick: dint and diff
+            if (!cached && !heads && kind > 1) continue;  // the recompute yardstick: dint and diff
+            const AttentionKind attention = kKinds[kind].attention;
+            if (heads && attention != AttentionKind::diff && attention != AttentionKind::softmax) continue;
           for (const KvPrecision precision : {KvPrecision::f32, KvPrecision::f16, KvPrecision::bf16}) {
-            if (!cached && precision != KvPrecision::f32) continue;  // the recompute has no cache
+            if (!cached && precision != KvPrecision::f32) continue;  // only decode_cached: half precision
             for (Index context : contexts) {
                 if (!args.fits(context)) continue;
                 for (int threads : {1, 2}) {
@@ -272,13 +263,15 @@ void register_all(const bench::BenchArgs& args, bool long_contexts) {
                                                  [=](benchmark::State& s) {
                                                      if (cached) {
                                                          BM_decode_cached(s, kind, context, threads, precision);
+                                                     } else if (heads) {
+                                                         BM_decode_heads(s, kind, context, threads);
                                                      } else {
                                                          BM_decode_recompute(s, kind, context, threads);
                                                      }
                                                  })
                         ->UseRealTime()
                         ->Unit(benchmark::kMillisecond)
-                        ->Iterations(cached ? kDecodeSteps : 1);
+                        ->Iterations(cached || heads ? kDecodeSteps : 1);
                 }
             }
           }
