@@ -3,9 +3,10 @@
 // kernels/few_rows_simd.hpp against sums in double, over head and value dims that are and are
 // not multiples of 16 (and of the 64 or 128 columns a value sweep holds), key counts below, at and
 // past a 16-key step, strided and contiguous rows, rows that share a sweep; non-finite keys, which
-// must reach their own logit only; and keys and values stored as half / bfloat16. (The portable
-// test builds cover the Eigen paths.)
+// must reach their own logit only; keys and values stored as half / bfloat16; and keys in a KV
+// cache's blocks of 16 (kernels/key_rows.hpp). (The portable test builds cover the Eigen paths.)
 #include "diffattn/kernels/few_rows_products.hpp"
+#include "diffattn/kernels/tiling.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -94,6 +95,55 @@ TEST_CASE("few_rows_logits: contiguous and strided keys give the same logits, bi
             detail::few_rows_logits(from_padded, Strided(q), Strided(padded.leftCols(d)), 0.125f);
             INFO("d " << d << ", keys " << keys);
             CHECK(from_dense == from_padded);
+        }
+    }
+}
+
+TEMPLATE_TEST_CASE("few_rows_key_logits: keys in a KV cache's blocks of 16, native build", "[kernels][few_rows]",
+                   float, Eigen::half, Eigen::bfloat16) {
+    // The blocked loops (whole blocks, the last block's keys masked; a range from a block's start)
+    // and the rows they fall back to (a range from inside a block) against sums in double of the
+    // stored keys; unused slots of the last block hold NaN, which must reach no logit.
+    using S = TestType;
+    std::mt19937 rng(20261127);
+    std::normal_distribution<float> normal;
+    const float scale = 0.375f;
+    for (Index d : {1, 3, 7, 16, 17, 32, 40, 64, 100, 128}) {
+        for (Index keys : {1, 5, 15, 16, 17, 33, 128}) {
+            for (Index begin : {0, 16, 5}) {
+                const Index total = begin + keys;
+                RowMatrix<S> k(total, d);
+                fill_normal(k, normal, rng);
+                Vector<S> store = Vector<S>::Constant(detail::whole_key_blocks(total) * d,
+                                                      S(std::numeric_limits<float>::quiet_NaN()));
+                for (Index r = 0; r < total; ++r) {
+                    for (Index i = 0; i < d; ++i) store(detail::KeyRows<S>::blocked_entry(r, i, d)) = k(r, i);
+                }
+                const auto blocked = detail::KeyRows<S>::blocked(store.data(), total, d);
+                for (Index rows : {1, 3}) {
+                    RowMatrix<float> q(rows, d), tile(rows, keys + 16), key_tile(kKeyTile, d);
+                    fill_normal(q, normal, rng);
+                    tile.setConstant(-7.0f);
+                    auto logits = tile.leftCols(keys);
+                    detail::few_rows_key_logits(logits, Strided(q), blocked, begin, keys, scale, key_tile);
+                    Index wrong = 0, written_past = 0;
+                    for (Index r = 0; r < rows; ++r) {
+                        for (Index j = 0; j < keys; ++j) {
+                            double exact = 0, magnitude = 0;
+                            for (Index i = 0; i < d; ++i) {
+                                const double term = static_cast<double>(q(r, i)) * static_cast<float>(k(begin + j, i));
+                                exact += term;
+                                magnitude += std::abs(term);
+                            }
+                            if (!near(tile(r, j), scale * exact, scale * magnitude, d)) ++wrong;
+                        }
+                        for (Index j = keys; j < tile.cols(); ++j) written_past += tile(r, j) != -7.0f;
+                    }
+                    INFO("d " << d << ", keys " << keys << " from " << begin << ", rows " << rows);
+                    CHECK(wrong == 0);
+                    CHECK(written_past == 0);
+                }
+            }
         }
     }
 }

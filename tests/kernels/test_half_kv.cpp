@@ -2,11 +2,13 @@
 // widen them to T one tile at a time. The exact reference is the plain reference run on the same
 // keys and values rounded to the storage scalar and widened again (a half or bfloat16 value is
 // exactly a float), so the ordinary docs/math.md §7 criterion applies unchanged: the rounding is
-// part of the inputs, not an error of the kernel.
+// part of the inputs, not an error of the kernel. Keys may also lie in a KV cache's blocks of 16
+// keys (kernels/key_rows.hpp), in T or in half precision: the same checks then read them there.
 #include "test_support.hpp"
 
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
+#include "diffattn/layers/head_blocks.hpp"
 
 #include <Eigen/Core>
 
@@ -15,19 +17,49 @@ using namespace diffattn::test;
 
 namespace {
 
-/// Checks softmax, diff and dint (both causal integrals) with K and V stored as S against the
-/// reference on the rounded values.
+/// How the keys of a check lie: row by row, or in a KV cache's blocks of 16 keys.
+enum class KeyLayout { rows, blocks };
+
+/// Keys stored in a KV cache's blocks of 16 (HeadBlocks::blocked_keys, one head), from `rows`.
+template <typename S>
+struct BlockedKeys {
+    Vector<S> store;
+    detail::KeyRows<S> keys;
+
+    explicit BlockedKeys(const RowMatrix<S>& rows)
+        : store(Vector<S>::Constant(detail::whole_key_blocks(rows.rows()) * rows.cols(), S(-77.0f))) {
+        const auto blocks = HeadBlocks<S>::blocked_keys(store.data(), 1, rows.cols(), rows.rows());
+        blocks.write_rows(0, rows);
+        keys = blocks.as_const().keys(0, rows.rows());
+    }
+};
+
+template <typename S>
+std::string scalar_name() {
+    if constexpr (std::is_same_v<S, Eigen::half>) return "f16";
+    if constexpr (std::is_same_v<S, Eigen::bfloat16>) return "bf16";
+    return "T";
+}
+
+/// Checks softmax, diff and dint (both causal integrals) with K and V stored as S (K in `layout`)
+/// against the reference on the rounded values.
 template <typename T, typename S>
-void check_stored_case(std::mt19937& rng, const KernelCase& c, AttentionWorkspace<T>* workspace) {
+void check_stored_case(std::mt19937& rng, const KernelCase& c, AttentionWorkspace<T>* workspace,
+                       KeyLayout layout = KeyLayout::rows) {
     using W = Wide<T>;
     DiffInputs<T> in = random_diff_inputs<T>(rng, c);
-    const RowMatrix<S> k1 = in.k1.template cast<S>(), k2 = in.k2.template cast<S>(), v = in.v.template cast<S>();
-    in.k1 = k1.template cast<T>();  // the values the kernels see, exactly
-    in.k2 = k2.template cast<T>();
+    const RowMatrix<S> k1_rows = in.k1.template cast<S>(), k2_rows = in.k2.template cast<S>();
+    const RowMatrix<S> v = in.v.template cast<S>();
+    in.k1 = k1_rows.template cast<T>();  // the values the kernels see, exactly
+    in.k2 = k2_rows.template cast<T>();
     in.v = v.template cast<T>();
+    const BlockedKeys<S> k1_blocks(k1_rows), k2_blocks(k2_rows);
+    const bool blocked = layout == KeyLayout::blocks;
+    const detail::KeyRows<S> k1 = blocked ? k1_blocks.keys : detail::KeyRows<S>(k1_rows);
+    const detail::KeyRows<S> k2 = blocked ? k2_blocks.keys : detail::KeyRows<S>(k2_rows);
     const DiffInputs<W> wide = in.template cast<W>();
     const AttentionOptions o = c.options();
-    const std::string what = std::string(std::is_same_v<S, Eigen::half> ? "f16 " : "bf16 ") + c.describe();
+    const std::string what = scalar_name<S>() + (blocked ? " keys in blocks of 16, " : " ") + c.describe();
 
     RowMatrix<T> out = RowMatrix<T>::Constant(c.seq_len_q, c.value_dim, T(12345));
     detail::softmax_attention<T, S>(in.q1, k1, v, out, o, workspace);
@@ -90,4 +122,61 @@ TEMPLATE_TEST_CASE("kernels on half-precision keys and values: prefill calls (pa
             check_stored_case<T, Eigen::bfloat16>(rng, c, threads == 2 ? &workspace : nullptr);
         }
     }
+}
+
+TEMPLATE_TEST_CASE("kernels on keys in a KV cache's blocks of 16: decode calls match the reference",
+                   "[kernels][half_kv][key_blocks]", float, double) {
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    for_each_decode_case<T>(rng, 12, [&](const KernelCase& c, AttentionWorkspace<T>* ws) {
+        check_stored_case<T, T>(rng, c, ws, KeyLayout::blocks);
+        check_stored_case<T, Eigen::half>(rng, c, ws, KeyLayout::blocks);
+        check_stored_case<T, Eigen::bfloat16>(rng, c, ws, KeyLayout::blocks);
+    });
+}
+
+TEMPLATE_TEST_CASE("kernels on keys in a KV cache's blocks of 16: prefill calls (packed tiles) match the "
+                   "reference",
+                   "[kernels][half_kv][key_blocks]", float, double) {
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    AttentionWorkspace<T> workspace;
+    for (const KernelCase& base : {multi_group_case(kQueryTile + 9, kQueryTile + 9 + kKeyTile + 3, MaskKind::causal),
+                                   multi_group_case(kQueryTile, kKeyTile + 5, MaskKind::none)}) {
+        for (int threads : {1, 2}) {
+            KernelCase c = base;
+            c.threads = threads;
+            INFO(c.describe());
+            check_stored_case<T, T>(rng, c, threads == 2 ? &workspace : nullptr, KeyLayout::blocks);
+            check_stored_case<T, Eigen::half>(rng, c, threads == 2 ? &workspace : nullptr, KeyLayout::blocks);
+        }
+    }
+}
+
+TEST_CASE("KeyRows: blocked keys turn back into the rows they were written from", "[kernels][key_blocks]") {
+    // 37 keys of 5 entries: two whole blocks and 5 keys of a third; the unused slots keep -77.
+    RowMatrix<double> rows(37, 5);
+    for (Index r = 0; r < rows.rows(); ++r) {
+        for (Index i = 0; i < rows.cols(); ++i) rows(r, i) = static_cast<double>(10 * r + i);
+    }
+    const BlockedKeys<double> blocked(rows);
+    CHECK(blocked.store.size() == 48 * 5);
+    CHECK(blocked.keys.is_blocked());
+    // Key 17 (block 1, lane 1), entry 3: at 1 * 16 * 5 + 3 * 16 + 1.
+    CHECK(blocked.store(80 + 48 + 1) == rows(17, 3));
+    CHECK(blocked.store(2 * 80 + 5) == -77.0);  // block 2, entry 0, lane 5: past the last key
+    RowMatrix<double> buffer(kKeyTile, 5);
+    for (Index begin : {Index{0}, Index{3}, Index{16}, Index{30}}) {
+        const Index count = rows.rows() - begin;
+        CHECK(detail::key_rows_as<double>(blocked.keys, begin, count, buffer) == rows.middleRows(begin, count));
+    }
+    CHECK(HeadBlocks<double>::blocked_keys(nullptr, 2, 5, 37).head_stride == 48 * 5);  // whole blocks per head
+    // The memory a blocked operand covers, whole blocks: an output there overlaps it.
+    RowMatrix<double> q = RowMatrix<double>::Zero(1, 5);
+    Eigen::Map<RowMatrix<double>> out_in_last_block(const_cast<double*>(blocked.store.data()) + 47 * 5, 1, 5);
+    const auto attend = [&] {
+        detail::softmax_attention<double, double>(q, blocked.keys, rows, out_in_last_block, AttentionOptions{},
+                                                  nullptr);
+    };
+    CHECK_THROWS_AS(attend(), ShapeError);
 }

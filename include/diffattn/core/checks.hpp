@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <utility>
 
 namespace diffattn::detail {
 
@@ -52,18 +53,22 @@ inline void require_shape(const char* function, const NamedShape& m, Index rows,
                         "x", cols);
 }
 
-/// True when the memory spans of two strided row-major views overlap.
+/// The bytes [first, last) of a strided row-major view (operands of other layouts, such as
+/// kernels/key_rows.hpp's blocked keys, overload it beside their type).
+template <typename M>
+std::pair<const unsigned char*, const unsigned char*> memory_span(const M& m) {
+    const auto* first = reinterpret_cast<const unsigned char*>(m.data());
+    const auto* last = reinterpret_cast<const unsigned char*>(m.data() + (m.rows() - 1) * m.outerStride() +
+                                                              (m.cols() - 1) * m.innerStride());
+    return {first, last + sizeof(*m.data())};
+}
+
+/// True when the memory spans of two views overlap.
 template <typename A, typename B>
 bool memory_overlaps(const A& a, const B& b) {
     if (a.size() == 0 || b.size() == 0) return false;
-    const auto span = [](const auto& m) {
-        const auto* first = reinterpret_cast<const unsigned char*>(m.data());
-        const auto* last = reinterpret_cast<const unsigned char*>(m.data() + (m.rows() - 1) * m.outerStride() +
-                                                                  (m.cols() - 1) * m.innerStride());
-        return std::pair{first, last + sizeof(*m.data())};
-    };
-    const auto [a_begin, a_end] = span(a);
-    const auto [b_begin, b_end] = span(b);
+    const auto [a_begin, a_end] = memory_span(a);
+    const auto [b_begin, b_end] = memory_span(b);
     return std::less<>{}(a_begin, b_end) && std::less<>{}(b_begin, a_end);
 }
 

@@ -14,6 +14,7 @@
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/kernels/few_rows_products.hpp"
+#include "diffattn/kernels/key_rows.hpp"
 #include "diffattn/kernels/mask.hpp"
 #include "diffattn/kernels/online_softmax.hpp"
 #include "diffattn/kernels/options.hpp"
@@ -30,8 +31,9 @@
 namespace diffattn::detail {
 
 /// Logits policy of ordinary attention: tile = s Q[q rows] K[k rows]^T, with the keys stored in
-/// the scalar S (T, or a half-precision KV cache's: each key tile is converted into the thread's
-/// `key_tile` before its product, docs/math.md §6).
+/// the scalar S (T, or a half-precision KV cache's) row by row or in a KV cache's blocks
+/// (kernels/key_rows.hpp); a key tile the products cannot read where it lies is converted into the
+/// thread's `key_tile` first (docs/math.md §6).
 /// A policy has three steps, so that each operand is packed once: pack_queries() once per query
 /// group, pack_keys() once per key tile, then operator() for each block of the group. For a group
 /// of fewer than kMinPackedRows rows the core skips the packing and passes `packed = nullptr`.
@@ -39,7 +41,7 @@ namespace diffattn::detail {
 template <typename T, typename S = T>
 class DotProductLogits {
 public:
-    DotProductLogits(const ConstMatrixRef<T>& q, const ConstMatrixRef<S>& k, T scale) : q_(q), k_(k), scale_(scale) {}
+    DotProductLogits(const ConstMatrixRef<T>& q, const KeyOperand<S>& k, T scale) : q_(q), k_(k), scale_(scale) {}
 
     /// Packs the query rows [q_begin, q_begin + q_rows) of a group (Q^T, the products' B operand).
     void pack_queries(Index q_begin, Index q_rows, PackedTiles<T>& packed) const {
@@ -47,7 +49,7 @@ public:
     }
     /// Packs the key rows [k_begin, k_begin + keys) (the products' A operand).
     void pack_keys(Index k_begin, Index keys, PackedTiles<T>& packed, RowMatrix<T>& key_tile) const {
-        PackedProduct<T>::pack_rows_as_lhs(packed.keys.data(), rows_as(k_, k_begin, keys, key_tile));
+        PackedProduct<T>::pack_rows_as_lhs(packed.keys.data(), key_rows_as<T>(k_, k_begin, keys, key_tile));
     }
     /// tile [rows x keys] = s Q[q_begin : q_begin + rows] K[k_begin : k_begin + keys]^T. Packed: with
     /// q_begin - group_begin a multiple of kQueryTile (so the block's packed rows start a fresh panel)
@@ -57,8 +59,7 @@ public:
                     RowMatrix<T>& key_tile) const {
         static_assert(kQueryTile % PackedProduct<T>::rhs_panel == 0, "blocks must start on a packed panel");
         if (packed == nullptr) {
-            few_rows_logits(tile, q_.middleRows(q_begin, tile.rows()),
-                            few_rows_operand<T>(k_, k_begin, tile.cols(), key_tile), scale_);
+            few_rows_key_logits(tile, q_.middleRows(q_begin, tile.rows()), k_, k_begin, tile.cols(), scale_, key_tile);
             return;
         }
         const Index depth = q_.cols();
@@ -69,12 +70,14 @@ public:
 
     /// Whether `other` reads the same key rows (DIFF V2's two query heads of one kv head).
     bool reads_keys_of(const DotProductLogits& other) const {
-        return k_.data() == other.k_.data() && k_.rows() == other.k_.rows() && k_.outerStride() == other.k_.outerStride();
+        return k_.data() == other.k_.data() && k_.rows() == other.k_.rows() &&
+               k_.is_blocked() == other.k_.is_blocked() &&
+               (k_.is_blocked() || k_.row_stride() == other.k_.row_stride());
     }
 
 private:
     const ConstMatrixRef<T>& q_;  // [N x d]
-    const ConstMatrixRef<S>& k_;  // [S x d]
+    KeyRows<S> k_;                // [S x d]
     T scale_;
 };
 
@@ -231,7 +234,7 @@ struct ResolvedOptions {
 ///   S:     the scalar K and V are stored in (T, or a half-precision KV cache's).
 template <typename T, typename S = T>
 ResolvedOptions check_attention(const char* function, const char* q_name, const char* k_name, const char* v_name,
-                                const ConstMatrixRef<T>& q, const ConstMatrixRef<S>& k, const ConstMatrixRef<S>& v,
+                                const ConstMatrixRef<T>& q, const KeyOperand<S>& k, const ConstMatrixRef<S>& v,
                                 const MatrixRef<T>& out, const AttentionOptions& options) {
     require_same_cols(function, named(k_name, k), named(q_name, q));
     require_same_rows(function, named(v_name, v), named(k_name, k));

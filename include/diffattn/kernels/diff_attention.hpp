@@ -10,8 +10,8 @@ namespace detail {
 
 /// Shapes and lambda of a DIFF/DINT call: Q1 ~ Q2, K1 ~ K2, then the common single-map checks.
 template <typename T, typename S = T>
-ResolvedOptions check_differential(const char* function, const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>& k1,
-                                   const ConstMatrixRef<T>& q2, const ConstMatrixRef<S>& k2,
+ResolvedOptions check_differential(const char* function, const ConstMatrixRef<T>& q1, const KeyOperand<S>& k1,
+                                   const ConstMatrixRef<T>& q2, const KeyOperand<S>& k2,
                                    const ConstMatrixRef<S>& v, T lambda, const MatrixRef<T>& out,
                                    const AttentionOptions& options) {
     require_same_shape(function, named("Q2", q2), named("Q1", q1));
@@ -44,8 +44,8 @@ void differential_block(const DotProductLogits<T, S>& logits1, const DotProductL
 }
 
 template <typename T, typename S = T>
-void diff_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>& k1, const ConstMatrixRef<T>& q2,
-                    const ConstMatrixRef<S>& k2, const ConstMatrixRef<S>& v, T lambda, MatrixRef<T> out,
+void diff_attention(const ConstMatrixRef<T>& q1, const KeyOperand<S>& k1, const ConstMatrixRef<T>& q2,
+                    const KeyOperand<S>& k2, const ConstMatrixRef<S>& v, T lambda, MatrixRef<T> out,
                     const AttentionOptions& options, AttentionWorkspace<T>* workspace) {
     const ResolvedOptions resolved = check_differential<T, S>("diff_attention", q1, k1, q2, k2, v, lambda, out, options);
     for_each_two_map_group<T, S>(q1, k1, q2, k2, v, resolved, workspace,

@@ -169,8 +169,8 @@ void dint_softmax_integral(const DotProductLogits<T, S>& logits1, const DotProdu
 }
 
 template <typename T, typename S = T>
-void dint_attention(const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>& k1, const ConstMatrixRef<T>& q2,
-                    const ConstMatrixRef<S>& k2, const ConstMatrixRef<S>& v, T lambda, DintIntegral integral,
+void dint_attention(const ConstMatrixRef<T>& q1, const KeyOperand<S>& k1, const ConstMatrixRef<T>& q2,
+                    const KeyOperand<S>& k2, const ConstMatrixRef<S>& v, T lambda, DintIntegral integral,
                     MatrixRef<T> out, const AttentionOptions& options, DintHistory<T>* history,
                     AttentionWorkspace<T>* workspace) {
     const ResolvedOptions resolved = check_differential<T, S>("dint_attention", q1, k1, q2, k2, v, lambda, out, options);

@@ -1,12 +1,14 @@
 // The two products of a call of few query rows (a decode step) with a tile of keys and values:
-// few_rows_logits (the logits of each query row against the key rows) and few_rows_accumulate
-// (each row's probabilities times the value rows). With AVX-512 the float path runs the loops of
+// few_rows_logits (the logits of each query row against the key rows; few_rows_key_logits for keys
+// of either layout of kernels/key_rows.hpp) and few_rows_accumulate (each row's probabilities times
+// the value rows). With AVX-512 the float path runs the loops of
 // few_rows_simd.hpp, reading keys and values stored in float, half or bfloat16 directly; other ISAs
 // and double use Eigen's matrix-vector products.
 #pragma once
 
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/few_rows_simd.hpp"
+#include "diffattn/kernels/key_rows.hpp"
 #include "diffattn/kernels/stored_rows.hpp"
 
 #include <Eigen/Core>
@@ -63,6 +65,35 @@ void few_rows_logits(Tile&& tile, const Queries& queries, const Keys& keys, T sc
         for (Index r = 0; r < queries.rows(); ++r) {
             tile.row(r).transpose().noalias() = scale * (keys * queries.row(r).transpose());
         }
+    }
+}
+
+/// tile [rows x count] = scale * queries [rows x d] keys[k_begin, k_begin + count)^T for few query
+/// rows, the keys row-major or blocked (kernels/key_rows.hpp): read where they lie by the loops that
+/// read their scalar and layout (blocked: the AVX-512 float loops, from the start of a block), else
+/// turned into rows in T in `key_tile` first.
+template <typename Tile, typename Queries, typename T, typename S>
+void few_rows_key_logits(Tile&& tile, const Queries& queries, const KeyRows<S>& keys, Index k_begin, Index count,
+                         T scale, RowMatrix<T>& key_tile) {
+    if (keys.is_blocked()) {
+#if defined(DIFFATTN_FEW_ROWS_AVX512)
+        if constexpr (std::is_same_v<T, float> && kFewRowsRead<T, S>) {
+            if (k_begin % kKeyBlock == 0) {
+                static_assert(kRowMajor<Queries> && kRowMajor<Tile>, "row-major operands");
+                for (Index r = 0; r < queries.rows(); ++r) {
+                    scaled_blocked_key_dots(queries.data() + r * queries.outerStride(),
+                                            keys.data() + k_begin * keys.cols(), count, keys.cols(), scale,
+                                            tile.data() + r * tile.outerStride());
+                }
+                return;
+            }
+        }
+#endif
+        few_rows_logits(tile, queries, key_rows_as<T>(keys, k_begin, count, key_tile), scale);
+    } else if constexpr (kFewRowsRead<T, S>) {
+        few_rows_logits(tile, queries, keys.row_major().middleRows(k_begin, count), scale);
+    } else {
+        few_rows_logits(tile, queries, key_rows_as<T>(keys, k_begin, count, key_tile), scale);
     }
 }
 

@@ -145,6 +145,46 @@ void scaled_key_dots(const float* query, const S* keys, Index stride, Index coun
     }
 }
 
+/// The scaled dots of `query` with n <= 16 keys of one block (kernels/key_rows.hpp's blocked layout:
+/// entry i of the block's keys at block + 16 i), `lanes` the mask of those keys: d multiply-adds of
+/// the block's rows by the query's entries, in four chains, and no sum across lanes. The keys
+/// outside `lanes` are not read.
+template <bool Whole, typename S>
+__attribute__((always_inline)) inline void scaled_block_dots(const float* query, const S* block, Index d,
+                                                             __mmask16 lanes, __m512 scales, float* out) {
+    const auto row = [&](Index i) {
+        if constexpr (Whole) {
+            return widen16(block + 16 * i);
+        } else {
+            return widen16(lanes, block + 16 * i);
+        }
+    };
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    Index i = 0;
+    for (; i + 4 <= d; i += 4) {
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) acc[c] = _mm512_fmadd_ps(row(i + c), _mm512_set1_ps(query[i + c]), acc[c]);
+    }
+    for (; i < d; ++i) acc[0] = _mm512_fmadd_ps(row(i), _mm512_set1_ps(query[i]), acc[0]);
+    const __m512 sums = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+    _mm512_mask_storeu_ps(out, lanes, _mm512_mul_ps(sums, scales));
+}
+
+/// out[j] = scale * (query . key j) for j < count, the keys in blocks of 16 from `blocks` (the
+/// block of key 0; kernels/key_rows.hpp), d entries each. No software prefetch: the blocks are one
+/// run of memory read in order, which the hardware prefetcher follows, and asking for each line
+/// ahead made decode steps slower (docs/benchmarks.md, "Keys in blocks of 16").
+template <typename S>
+void scaled_blocked_key_dots(const float* query, const S* blocks, Index count, Index d, float scale, float* out) {
+    const __m512 scales = _mm512_set1_ps(scale);
+    Index j = 0;
+    for (; j + 16 <= count; j += 16) scaled_block_dots<true>(query, blocks + j * d, d, 0xffff, scales, out + j);
+    if (j < count) {
+        const auto lanes = static_cast<__mmask16>((1u << (count - j)) - 1u);
+        scaled_block_dots<false>(query, blocks + j * d, d, lanes, scales, out + j);
+    }
+}
+
 /// acc[m][c, c + 16 V) += sum_j p[m][j] * (values row j)[c, c + 16 V) for j < count, `masks` the
 /// lanes of each vector inside dv: the columns held in registers over all the keys.
 template <int M, int V, typename S>

@@ -143,8 +143,8 @@ void attend_maps(const std::tuple<Logits&...>& maps, const Mask& mask, Index q_b
 /// f(logits1, logits2, mask, q_begin, q_rows, ws, scratch, key_threads) for each query group on the
 /// thread running it.
 template <typename T, typename S, typename F>
-void for_each_two_map_group(const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>& k1, const ConstMatrixRef<T>& q2,
-                            const ConstMatrixRef<S>& k2, const ConstMatrixRef<S>& v, const ResolvedOptions& resolved,
+void for_each_two_map_group(const ConstMatrixRef<T>& q1, const KeyOperand<S>& k1, const ConstMatrixRef<T>& q2,
+                            const KeyOperand<S>& k2, const ConstMatrixRef<S>& v, const ResolvedOptions& resolved,
                             AttentionWorkspace<T>* workspace, F&& f) {
     AttentionWorkspace<T> local;
     AttentionWorkspace<T>& ws =

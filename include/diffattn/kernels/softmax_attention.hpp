@@ -8,7 +8,7 @@ namespace diffattn {
 namespace detail {
 
 template <typename T, typename S = T>
-void softmax_attention(const ConstMatrixRef<T>& q, const ConstMatrixRef<S>& k, const ConstMatrixRef<S>& v,
+void softmax_attention(const ConstMatrixRef<T>& q, const KeyOperand<S>& k, const ConstMatrixRef<S>& v,
                        MatrixRef<T> out, const AttentionOptions& options, AttentionWorkspace<T>* workspace) {
     const ResolvedOptions resolved = check_attention<T, S>("softmax_attention", "Q", "K", "V", q, k, v, out, options);
     AttentionWorkspace<T> local;
@@ -33,8 +33,8 @@ void softmax_attention(const ConstMatrixRef<T>& q, const ConstMatrixRef<S>& k, c
 /// The checks of a pair of maps over one V into out1 and out2 (softmax_attention_pair,
 /// gated_softmax_difference): each map's, Q2 ~ Q1, K2 ~ K1, and out2 apart from out1.
 template <typename T, typename S>
-ResolvedOptions check_pair(const char* function, const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>& k1,
-                           const ConstMatrixRef<T>& q2, const ConstMatrixRef<S>& k2, const ConstMatrixRef<S>& v,
+ResolvedOptions check_pair(const char* function, const ConstMatrixRef<T>& q1, const KeyOperand<S>& k1,
+                           const ConstMatrixRef<T>& q2, const KeyOperand<S>& k2, const ConstMatrixRef<S>& v,
                            const MatrixRef<T>& out1, const MatrixRef<T>& out2, const AttentionOptions& options) {
     const ResolvedOptions resolved = check_attention<T, S>(function, "Q1", "K1", "V", q1, k1, v, out1, options);
     check_attention<T, S>(function, "Q2", "K2", "V", q2, k2, v, out2, options);
@@ -45,8 +45,8 @@ ResolvedOptions check_pair(const char* function, const ConstMatrixRef<T>& q1, co
 }
 
 template <typename T, typename S = T>
-void softmax_attention_pair(const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>& k1, const ConstMatrixRef<T>& q2,
-                            const ConstMatrixRef<S>& k2, const ConstMatrixRef<S>& v, MatrixRef<T> out1,
+void softmax_attention_pair(const ConstMatrixRef<T>& q1, const KeyOperand<S>& k1, const ConstMatrixRef<T>& q2,
+                            const KeyOperand<S>& k2, const ConstMatrixRef<S>& v, MatrixRef<T> out1,
                             MatrixRef<T> out2, const AttentionOptions& options, AttentionWorkspace<T>* workspace) {
     const ResolvedOptions resolved =
         check_pair<T, S>("softmax_attention_pair", q1, k1, q2, k2, v, out1, out2, options);
@@ -68,8 +68,8 @@ void softmax_attention_pair(const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>
 /// rows multiplies V once, by the two maps' weights combined (diff_few_rows.hpp); larger calls run
 /// softmax_attention_pair into out and `second` [N x dv], then subtract.
 template <typename T, typename S = T>
-void gated_softmax_difference(const ConstMatrixRef<T>& q1, const ConstMatrixRef<S>& k1, const ConstMatrixRef<T>& q2,
-                              const ConstMatrixRef<S>& k2, const ConstMatrixRef<S>& v,
+void gated_softmax_difference(const ConstMatrixRef<T>& q1, const KeyOperand<S>& k1, const ConstMatrixRef<T>& q2,
+                              const KeyOperand<S>& k2, const ConstMatrixRef<S>& v,
                               const Eigen::Map<const Vector<T>, 0, Eigen::InnerStride<>>& gate, MatrixRef<T> out,
                               MatrixRef<T> second, const AttentionOptions& options, AttentionWorkspace<T>* workspace) {
     constexpr const char* function = "gated_softmax_difference";
