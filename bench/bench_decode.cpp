@@ -193,16 +193,17 @@ void BM_decode_heads(benchmark::State& state, int kind, Index context, int threa
     options.threads = threads;
     const auto heads_of_every_layer = [&] {
         for (Index layer = 0; layer < config.num_hidden_layers; ++layer) {
-            const auto keys = HeadBlocks<const float>::head_major(stored.keys(layer), a.n_key_maps());
+            const auto keys = HeadBlocks<const float>::blocked_keys(stored.keys(layer).data(), a.n_key_maps(),
+                                                                    a.head_dim(), context + kDecodeSteps);
             const auto values = HeadBlocks<const float>::head_major(stored.values(layer), a.n_value_heads());
             for (Index h = 0; h < config.num_attention_heads; ++h) {
                 const auto v = values.head(a.value_head(h, 0), 0, context);
                 if (diff) {
-                    detail::diff_attention<float, float>(q.row(0), keys.head(a.key_map(h, 0), 0, context), q.row(1),
-                                                         keys.head(a.key_map(h, 1), 0, context), v, 0.5f, out,
-                                                         options, &ws);
+                    detail::diff_attention<float, float>(q.row(0), keys.keys(a.key_map(h, 0), context), q.row(1),
+                                                         keys.keys(a.key_map(h, 1), context), v, 0.5f, out, options,
+                                                         &ws);
                 } else {
-                    detail::softmax_attention<float, float>(q.row(0), keys.head(a.key_map(h, 0), 0, context), v, out,
+                    detail::softmax_attention<float, float>(q.row(0), keys.keys(a.key_map(h, 0), context), v, out,
                                                             options, &ws);
                 }
             }

@@ -337,7 +337,9 @@ TEST_CASE("encoder and global_mean models refuse a KV cache", "[model][kv_cache]
 TEST_CASE("KV cache memory: bytes and bytes per token", "[model][kv_cache]") {
     // The demo model of diffattn-forward: dint causal_softmax, D 64, H 4, Hkv 2, L 2: d = 8,
     // k_width = 2 Hkv d = 32, v_width = Hkv 2d = 32, so per token
-    // L (32 + 32) 4 B + L H 4 B (A1 column sums) + d 4 B (rotary) = 512 + 32 + 32 = 576 B in float.
+    // L (32 + 32) 4 B + L H 4 B (A1 column sums) + d 4 B (rotary) = 512 + 32 + 32 = 576 B in float;
+    // and each key map rounded up to whole blocks of 16 keys: 100 tokens hold 112 keys, 12 more
+    // tokens of L k_width 4 B = 256 B of keys.
     ModelConfig demo = small_config(AttentionKind::dint, 2);
     demo.hidden_size = 64;
     demo.intermediate_size = 172;
@@ -346,7 +348,7 @@ TEST_CASE("KV cache memory: bytes and bytes per token", "[model][kv_cache]") {
     CHECK(KvCache<double>::bytes_per_token(demo) == 1152);
     const KvCache<float> cache(demo, 100);
     CHECK(cache.bytes_per_token() == 576);
-    CHECK(cache.bytes() == 100 * 576);
+    CHECK(cache.bytes() == 100 * 576 + 12 * 256);
     CHECK(cache.max_len() == 100);
 
     // causal_mean: no column sums, a fixed L H dv row sum instead.
@@ -354,7 +356,7 @@ TEST_CASE("KV cache memory: bytes and bytes per token", "[model][kv_cache]") {
     mean.dint_integral = DintIntegral::causal_mean;
     const KvCache<float> mean_cache(mean, 100);
     CHECK(mean_cache.bytes_per_token() == 576 - 32);
-    CHECK(mean_cache.bytes() == 100 * (576 - 32) + 2 * 4 * 16 * 4);
+    CHECK(mean_cache.bytes() == 100 * (576 - 32) + 12 * 256 + 2 * 4 * 16 * 4);
 
     // softmax, diff, shared_diff, diff_v2: keys and values and the rotary table.
     for (AttentionKind kind :
@@ -364,7 +366,8 @@ TEST_CASE("KV cache memory: bytes and bytes per token", "[model][kv_cache]") {
         const AttentionConfig a = c.attention_config();
         const KvCache<double> k(c, 17);
         CHECK(k.bytes_per_token() == static_cast<std::size_t>(2 * (a.k_width() + a.v_width()) + a.head_dim()) * 8);
-        CHECK(k.bytes() == 17 * k.bytes_per_token());
+        const auto padding = static_cast<std::size_t>(15 * c.num_hidden_layers * a.k_width()) * 8;  // 17 -> 32 keys
+        CHECK(k.bytes() == 17 * k.bytes_per_token() + padding);
     }
 }
 
@@ -505,7 +508,8 @@ TEST_CASE("half-precision caches store the f32 cache's keys and values rounded",
 TEST_CASE("half-precision caches: bytes, capacity and refusals as for f32", "[model][kv_cache][half_kv]") {
     // The demo model of the memory test above: per token L (32 + 32) 2 B (keys and values in half)
     // + L H 4 B (A1 column sums, float) + d 4 B (rotary) = 256 + 32 + 32 = 320 B in float, and
-    // 256 + 64 + 64 = 384 B in double.
+    // 256 + 64 + 64 = 384 B in double; and 12 tokens of L k_width 2 B = 128 B of keys that round
+    // 100 up to whole blocks of 16.
     ModelConfig demo = small_config(AttentionKind::dint, 2);
     demo.hidden_size = 64;
     demo.intermediate_size = 172;
@@ -516,8 +520,8 @@ TEST_CASE("half-precision caches: bytes, capacity and refusals as for f32", "[mo
         CHECK(KvCache<double>::bytes_per_token(demo, precision) == 384);
         const KvCache<float> cache(demo, 100, precision);
         CHECK(cache.bytes_per_token() == 320);
-        CHECK(cache.bytes() == 100 * 320);
-        CHECK(static_cast<double>(KvCache<float>::bytes(demo, 100, precision)) == 100 * 320);
+        CHECK(cache.bytes() == 100 * 320 + 12 * 128);
+        CHECK(static_cast<double>(KvCache<float>::bytes(demo, 100, precision)) == 100 * 320 + 12 * 128);
     }
     CHECK(KvCache<double>::bytes_per_token(demo, KvPrecision::f32) == 1152);  // f32: the model's scalar
 

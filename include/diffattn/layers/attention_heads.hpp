@@ -8,9 +8,9 @@
 //   DintHeads     kernel 2.3, same maps, plus the integral               (dint)
 //   DiffV2Heads   two kernels 2.1, O[2h] - sigmoid(l[n, h]) O[2h+1]       (diff_v2)
 // Heads are blocks of the call's buffers (queries: column blocks; keys and values: HeadBlocks,
-// column blocks or a KV cache's head-major blocks): no head is ever copied. Keys and values may
-// be stored in a narrower scalar S (a half-precision KV cache, docs/math.md §6): the kernels then
-// widen them tile by tile.
+// column blocks or a KV cache's head-major blocks, its keys in blocks of 16): no head is ever
+// copied. Keys and values may be stored in a narrower scalar S (a half-precision KV cache,
+// docs/math.md §6): the kernels then widen them tile by tile.
 #pragma once
 
 #include "diffattn/core/types.hpp"
@@ -65,7 +65,7 @@ struct HeadContext {
         return task_rows(q, config.query_map(h * heads_per_task, m) * d(), d(), step);
     }
     /// Key map used by map m of task h (every head of a task reads the same): [S x d].
-    auto key(Index h, Index m) const { return k.head(config.key_map(h * heads_per_task, m), 0, kv_rows); }
+    auto key(Index h, Index m) const { return k.keys(config.key_map(h * heads_per_task, m), kv_rows); }
     /// Value head used by map m of task h: [S x dv].
     auto value(Index h, Index m) const { return v.head(config.value_head(h * heads_per_task, m), 0, kv_rows); }
     /// Output columns of task h: [N x dv] of head h, or [g x dv], head g h + r in row r.
@@ -105,7 +105,7 @@ template <typename T, typename S, typename Out>
 void run_softmax(const HeadContext<T, S>& c, Index m, Out&& out, Index h, AttentionWorkspace<T>& ws, int threads) {
     if (const AttentionKernels<T>* kernels = c.replacement()) {
         if constexpr (std::is_same_v<S, T>) {
-            kernels->softmax(c.query(h, m), c.key(h, m), c.value(h, m), out, c.options_on(threads), ws);
+            kernels->softmax(c.query(h, m), c.key(h, m).row_major(), c.value(h, m), out, c.options_on(threads), ws);
         }
     } else {
         detail::softmax_attention<T, S>(c.query(h, m), c.key(h, m), c.value(h, m), out, c.options_on(threads), &ws);
@@ -126,8 +126,8 @@ struct DiffHeads {
     static void run(const HeadContext<T, S>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
         if (const AttentionKernels<T>* kernels = c.replacement()) {
             if constexpr (std::is_same_v<S, T>) {
-                kernels->diff(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1), c.value(h, 0), c.lambda,
-                              c.output(h), c.options_on(threads), ws);
+                kernels->diff(c.query(h, 0), c.key(h, 0).row_major(), c.query(h, 1), c.key(h, 1).row_major(),
+                              c.value(h, 0), c.lambda, c.output(h), c.options_on(threads), ws);
             }
             return;
         }
@@ -142,8 +142,8 @@ struct DintHeads {
     static void run(const HeadContext<T, S>& c, Index h, AttentionWorkspace<T>& ws, int threads) {
         if (const AttentionKernels<T>* kernels = c.replacement()) {
             if constexpr (std::is_same_v<S, T>) {
-                kernels->dint(c.query(h, 0), c.key(h, 0), c.query(h, 1), c.key(h, 1), c.value(h, 0), c.lambda,
-                              c.config.dint_integral, c.output(h), c.options_on(threads), ws);
+                kernels->dint(c.query(h, 0), c.key(h, 0).row_major(), c.query(h, 1), c.key(h, 1).row_major(),
+                              c.value(h, 0), c.lambda, c.config.dint_integral, c.output(h), c.options_on(threads), ws);
             }
             return;
         }

@@ -60,7 +60,8 @@ using KvScalar = std::conditional_t<precision == KvPrecision::f16, Eigen::half,
 template <typename T, typename S = T>
 struct KvCacheView {
     HeadBlocks<S> keys;              ///< k_width / d maps of [capacity x d]  rotated keys; rows [0, length)
-                                     ///< hold earlier tokens
+                                     ///< hold earlier tokens (a cache's: in blocks of 16 keys,
+                                     ///< kernels/key_rows.hpp)
     HeadBlocks<S> values;            ///< v_width / dv heads of [capacity x dv]  values, the same rows
     Index length;                    ///< tokens already cached = position of this call's first token
     DintHistory<T>* dint_histories;  ///< dint: [H] per-head histories with rows == length; else nullptr

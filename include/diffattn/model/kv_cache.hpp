@@ -29,6 +29,7 @@
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/memory_limit.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/kernels/key_rows.hpp"
 #include "diffattn/kernels/options.hpp"
 #include "diffattn/layers/attention_config.hpp"
 #include "diffattn/layers/kv_cache_view.hpp"
@@ -91,7 +92,7 @@ public:
 
     /// A copy of the rotated keys of layer `layer`, [length x k_width] with the maps side by side as
     /// the key projection lays them out, of a cache storing T (KvPrecision::f32; else OptionError:
-    /// see stored_keys). The cache itself holds each map's rows contiguously (layers/head_blocks.hpp).
+    /// see stored_keys). The cache itself holds each map's keys in blocks of 16 (layers/head_blocks.hpp).
     RowMatrix<T> keys(Index layer) const { return stored_keys<T>(layer); }
     /// A copy of the values of layer `layer`, [length x v_width], of a cache storing T.
     RowMatrix<T> values(Index layer) const { return stored_values<T>(layer); }
@@ -99,7 +100,7 @@ public:
     template <typename S>
     RowMatrix<S> stored_keys(Index layer) const {
         const Store<S>& store = stored<S>("KvCache::keys");
-        return head_blocks(store.keys(layer)).template gather<S>(length_);
+        return key_blocks(store.keys(layer)).template gather<S>(length_);
     }
     /// As values() in the stored scalar S.
     template <typename S>
@@ -108,8 +109,8 @@ public:
         return head_blocks(store.values(layer)).template gather<S>(length_);
     }
 
-    /// Bytes held by the cache (keys, values, DINT histories, rotary table): max_len *
-    /// bytes_per_token() + the fixed DINT causal_mean sums.
+    /// Bytes held by the cache (keys, values, DINT histories, rotary table): bytes(config(),
+    /// max_len(), precision()).
     std::size_t bytes() const {
         std::size_t scalars = 0;
         for (const DintHistory<T>& h : dint_) {
@@ -144,7 +145,9 @@ public:
     }
 
     /// Bytes of a cache of max_len tokens for `config`: max_len * bytes_per_token(config, precision)
-    /// + the fixed DINT causal_mean sums, in long double (no overflow for any max_len). Equals bytes().
+    /// + the keys of the up to 15 tokens that round each key map up to whole blocks of 16
+    /// (kernels/key_rows.hpp) + the fixed DINT causal_mean sums, in long double (no overflow for any
+    /// max_len). Equals bytes().
     static long double bytes(const ModelConfig& config, Index max_len, KvPrecision precision = KvPrecision::f32) {
         long double fixed = 0;
         if (config.attention == AttentionKind::dint && config.dint_integral != DintIntegral::causal_softmax) {
@@ -152,6 +155,9 @@ public:
                                              config.attention_config().value_dim()) *
                     sizeof(T);
         }
+        const Index key_width = config.num_hidden_layers * config.attention_config().k_width();
+        fixed += static_cast<long double>(detail::key_block_padding(max_len) * key_width) *
+                 static_cast<long double>(stored_scalar_bytes(precision));
         return static_cast<long double>(bytes_per_token(config, precision)) * static_cast<long double>(max_len) +
                fixed;
     }
@@ -259,7 +265,7 @@ private:
         DintHistory<T>* histories =
             dint_.empty() ? nullptr : dint_.data() + i * static_cast<std::size_t>(config_.num_attention_heads);
         Store<S>& store = store_of<S>();
-        return KvCacheView<T, S>{head_blocks(store.keys(layer)), head_blocks(store.values(layer)), length_, histories,
+        return KvCacheView<T, S>{key_blocks(store.keys(layer)), head_blocks(store.values(layer)), length_, histories,
                                  &rotary_};
     }
 
@@ -276,10 +282,16 @@ private:
         }
     }
 
-    /// A layer's keys or values (Store) as its head-major blocks of max_len rows each.
+    /// A layer's values (Store) as its head-major blocks of max_len rows each.
     template <typename Stored>
     auto head_blocks(Stored&& m) const {
         return HeadBlocks<std::remove_reference_t<decltype(*m.data())>>::head_major(m, m.rows() / max_len());
+    }
+    /// A layer's keys (Store) as its maps of max_len keys, each in blocks of 16 (kernels/key_rows.hpp).
+    template <typename Stored>
+    auto key_blocks(Stored&& m) const {
+        return HeadBlocks<std::remove_reference_t<decltype(*m.data())>>::blocked_keys(
+            m.data(), config_.attention_config().n_key_maps(), m.cols(), max_len());
     }
 
     /// Records n more cached tokens (after every layer has written them).

@@ -1,6 +1,7 @@
 // The keys and values of every layer of a KvCache (model/kv_cache.hpp) in the scalar it stores them
-// in: one buffer, per layer the keys [n_key_maps max_len x d] then the values [n_value_heads
-// max_len x dv], each head-major (layers/head_blocks.hpp). One buffer rather than one matrix per
+// in: one buffer, per layer the keys (n_key_maps maps of whole_key_blocks(max_len) keys of d, each
+// map in blocks of 16 keys: kernels/key_rows.hpp) then the values [n_value_heads max_len x dv],
+// head-major (layers/head_blocks.hpp). One buffer rather than one matrix per
 // layer so that nearly all of it lies in whole 2 MB pages, which it asks for (core/huge_pages.hpp)
 // when allocated, before anything is written, and so does a copy: every decode step streams it
 // all (docs/benchmarks.md, "The KV cache on huge pages").
@@ -9,6 +10,7 @@
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/huge_pages.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/kernels/key_rows.hpp"
 #include "diffattn/layers/attention_config.hpp"
 
 #include <cstddef>
@@ -39,7 +41,7 @@ public:
     /// Room for `layers` layers' keys and values, uninitialised.
     void allocate(Index layers, Index max_len, const AttentionConfig& attention) {
         layers_ = layers;
-        key_rows_ = attention.n_key_maps() * max_len;
+        key_rows_ = attention.n_key_maps() * whole_key_blocks(max_len);
         value_rows_ = attention.n_value_heads() * max_len;
         d_ = attention.head_dim();
         dv_ = attention.value_dim();
@@ -47,7 +49,8 @@ public:
     }
 
     Index layers() const { return layers_; }
-    /// Layer `layer`'s keys [n_key_maps max_len x d]; ShapeError naming it unless 0 <= layer < layers().
+    /// Layer `layer`'s keys as [n_key_maps whole_key_blocks(max_len) x d] entries (blocked_keys of
+    /// head_blocks.hpp reads them); ShapeError naming it unless 0 <= layer < layers().
     Eigen::Map<RowMatrix<S>> keys(Index layer) { return {buffer_.data() + keys_at(layer), key_rows_, d_}; }
     Eigen::Map<const RowMatrix<S>> keys(Index layer) const {
         return {buffer_.data() + keys_at(layer), key_rows_, d_};
