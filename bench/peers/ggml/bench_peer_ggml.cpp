@@ -21,6 +21,7 @@
 #include "../../bench_common.hpp"
 
 #include "diffattn/kernels/softmax_attention.hpp"
+#include "diffattn/layers/head_blocks.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -110,9 +111,16 @@ void diffattn_decode(benchmark::State& state, int threads) {
     using bench::Index;
     using Stored = diffattn::RowMatrix<S>;
     const Index d = kHeadDim, heads = kHeads, keys = g_keys;
-    // Head-major like a KvCache: head h's keys and values are the rows [h S, (h + 1) S).
+    // Laid out like a KvCache: head h's values are the rows [h S, (h + 1) S); its keys are one run
+    // of S keys in blocks of 16, entry by entry (kernels/key_rows.hpp).
     const bench::Matrix q = bench::random_matrix(1, d * heads, 1);
     const Stored k = bench::random_matrix(heads * keys, d, 2).cast<S>(), v = bench::random_matrix(heads * keys, d, 3).cast<S>();
+    diffattn::Vector<S> key_store(heads * diffattn::detail::whole_key_blocks(keys) * d);
+    const auto key_blocks = diffattn::HeadBlocks<S>::blocked_keys(key_store.data(), heads, d, keys);
+    for (Index h = 0; h < heads; ++h) {
+        diffattn::HeadBlocks<S>::blocked_keys(key_store.data() + h * key_blocks.head_stride, 1, d, keys)
+            .write_rows(0, k.middleRows(h * keys, keys));
+    }
     bench::Matrix out(1, d * heads);
     std::vector<diffattn::AttentionWorkspace<float>> ws(static_cast<std::size_t>(heads));
     diffattn::AttentionOptions options;
@@ -120,7 +128,7 @@ void diffattn_decode(benchmark::State& state, int threads) {
     run_kernel(state, 2.0 * static_cast<double>(keys * d * heads) * sizeof(S), threads, [&] {
 #pragma omp parallel for num_threads(threads) schedule(static)
         for (Index h = 0; h < heads; ++h) {
-            diffattn::detail::softmax_attention<float, S>(q.middleCols(h * d, d), k.middleRows(h * keys, keys),
+            diffattn::detail::softmax_attention<float, S>(q.middleCols(h * d, d), key_blocks.as_const().keys(h, keys),
                                                           v.middleRows(h * keys, keys), out.middleCols(h * d, d),
                                                           options, &ws[static_cast<std::size_t>(h)]);
         }
