@@ -37,6 +37,29 @@ bool near(float got, double exact, double magnitude, Index d) {
            4.0 * std::numeric_limits<float>::epsilon() * static_cast<double>(d + 1) * magnitude + 1e-30;
 }
 
+/// Checks tile [rows x keys + 16] = scale * queries [rows x d] times keys 0..keys-1 (key(j, i):
+/// entry i of key j, as a float) against sums in double, and that the columns past `keys` still
+/// hold -7 (nothing written past the tile).
+template <typename Queries, typename Key>
+void check_logits_tile(const RowMatrix<float>& tile, const Queries& queries, Index keys, Index d, float scale,
+                       const Key& key) {
+    Index wrong = 0, written_past = 0;
+    for (Index r = 0; r < queries.rows(); ++r) {
+        for (Index j = 0; j < keys; ++j) {
+            double exact = 0, magnitude = 0;
+            for (Index i = 0; i < d; ++i) {
+                const double term = static_cast<double>(queries(r, i)) * key(j, i);
+                exact += term;
+                magnitude += std::abs(term);
+            }
+            if (!near(tile(r, j), scale * exact, scale * magnitude, d)) ++wrong;
+        }
+        for (Index j = keys; j < tile.cols(); ++j) written_past += tile(r, j) != -7.0f;
+    }
+    CHECK(wrong == 0);
+    CHECK(written_past == 0);
+}
+
 }  // namespace
 
 TEST_CASE("few_rows_logits: scaled dots of few query rows with a key tile, native build", "[kernels][few_rows]") {
@@ -56,22 +79,9 @@ TEST_CASE("few_rows_logits: scaled dots of few query rows with a key tile, nativ
                     const Strided key_rows(k.leftCols(d)), query_rows(q.middleCols(2, d));
                     auto logits = tile.leftCols(keys);
                     detail::few_rows_logits(logits, query_rows, key_rows, scale);
-                    Index wrong = 0, written_past = 0;
-                    for (Index r = 0; r < rows; ++r) {
-                        for (Index j = 0; j < keys; ++j) {
-                            double exact = 0, magnitude = 0;
-                            for (Index i = 0; i < d; ++i) {
-                                const double term = static_cast<double>(query_rows(r, i)) * key_rows(j, i);
-                                exact += term;
-                                magnitude += std::abs(term);
-                            }
-                            if (!near(tile(r, j), scale * exact, scale * magnitude, d)) ++wrong;
-                        }
-                        for (Index j = keys; j < tile.cols(); ++j) written_past += tile(r, j) != -7.0f;
-                    }
                     INFO("d " << d << ", keys " << keys << ", rows " << rows << ", key padding " << key_padding);
-                    CHECK(wrong == 0);
-                    CHECK(written_past == 0);
+                    check_logits_tile(tile, query_rows, keys, d, scale,
+                                      [&](Index j, Index i) { return key_rows(j, i); });
                 }
             }
         }
@@ -126,22 +136,9 @@ TEMPLATE_TEST_CASE("few_rows_key_logits: keys in a KV cache's blocks of 16, nati
                     tile.setConstant(-7.0f);
                     auto logits = tile.leftCols(keys);
                     detail::few_rows_key_logits(logits, Strided(q), blocked, begin, keys, scale, key_tile);
-                    Index wrong = 0, written_past = 0;
-                    for (Index r = 0; r < rows; ++r) {
-                        for (Index j = 0; j < keys; ++j) {
-                            double exact = 0, magnitude = 0;
-                            for (Index i = 0; i < d; ++i) {
-                                const double term = static_cast<double>(q(r, i)) * static_cast<float>(k(begin + j, i));
-                                exact += term;
-                                magnitude += std::abs(term);
-                            }
-                            if (!near(tile(r, j), scale * exact, scale * magnitude, d)) ++wrong;
-                        }
-                        for (Index j = keys; j < tile.cols(); ++j) written_past += tile(r, j) != -7.0f;
-                    }
                     INFO("d " << d << ", keys " << keys << " from " << begin << ", rows " << rows);
-                    CHECK(wrong == 0);
-                    CHECK(written_past == 0);
+                    check_logits_tile(tile, q, keys, d, scale,
+                                      [&](Index j, Index i) { return static_cast<float>(k(begin + j, i)); });
                 }
             }
         }

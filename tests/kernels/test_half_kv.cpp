@@ -92,6 +92,22 @@ void check_stored_case(std::mt19937& rng, const KernelCase& c, AttentionWorkspac
     }
 }
 
+/// Calls check(c, workspace) on the prefill cases (query groups of packed tiles), 1 and 2 threads.
+template <typename T, typename Check>
+void for_each_prefill_case(Check&& check) {
+    AttentionWorkspace<T> workspace;
+    for (const KernelCase& base : {multi_group_case(kQueryTile + 9, kQueryTile + 9 + kKeyTile + 3, MaskKind::causal),
+                                   multi_group_case(kMinPackedRows, 2 * kKeyTile + 1, MaskKind::causal),
+                                   multi_group_case(kQueryTile, kKeyTile + 5, MaskKind::none)}) {
+        for (int threads : {1, 2}) {
+            KernelCase c = base;
+            c.threads = threads;
+            INFO(c.describe());
+            check(c, threads == 2 ? &workspace : nullptr);
+        }
+    }
+}
+
 }  // namespace
 
 TEMPLATE_TEST_CASE("kernels on half-precision keys and values: decode calls match the reference on the "
@@ -110,18 +126,10 @@ TEMPLATE_TEST_CASE("kernels on half-precision keys and values: prefill calls (pa
                    "[kernels][half_kv]", float, double) {
     using T = TestType;
     DIFFATTN_TEST_RNG(rng);
-    AttentionWorkspace<T> workspace;
-    for (const KernelCase& base : {multi_group_case(kQueryTile + 9, kQueryTile + 9 + kKeyTile + 3, MaskKind::causal),
-                                   multi_group_case(kMinPackedRows, 2 * kKeyTile + 1, MaskKind::causal),
-                                   multi_group_case(kQueryTile, kKeyTile + 5, MaskKind::none)}) {
-        for (int threads : {1, 2}) {
-            KernelCase c = base;
-            c.threads = threads;
-            INFO(c.describe());
-            check_stored_case<T, Eigen::half>(rng, c, threads == 2 ? &workspace : nullptr);
-            check_stored_case<T, Eigen::bfloat16>(rng, c, threads == 2 ? &workspace : nullptr);
-        }
-    }
+    for_each_prefill_case<T>([&](const KernelCase& c, AttentionWorkspace<T>* ws) {
+        check_stored_case<T, Eigen::half>(rng, c, ws);
+        check_stored_case<T, Eigen::bfloat16>(rng, c, ws);
+    });
 }
 
 TEMPLATE_TEST_CASE("kernels on keys in a KV cache's blocks of 16: decode calls match the reference",
@@ -140,17 +148,10 @@ TEMPLATE_TEST_CASE("kernels on keys in a KV cache's blocks of 16: prefill calls 
                    "[kernels][half_kv][key_blocks]", float, double) {
     using T = TestType;
     DIFFATTN_TEST_RNG(rng);
-    AttentionWorkspace<T> workspace;
-    for (const KernelCase& base : {multi_group_case(kQueryTile + 9, kQueryTile + 9 + kKeyTile + 3, MaskKind::causal),
-                                   multi_group_case(kQueryTile, kKeyTile + 5, MaskKind::none)}) {
-        for (int threads : {1, 2}) {
-            KernelCase c = base;
-            c.threads = threads;
-            INFO(c.describe());
-            check_stored_case<T, T>(rng, c, threads == 2 ? &workspace : nullptr, KeyLayout::blocks);
-            check_stored_case<T, Eigen::half>(rng, c, threads == 2 ? &workspace : nullptr, KeyLayout::blocks);
-        }
-    }
+    for_each_prefill_case<T>([&](const KernelCase& c, AttentionWorkspace<T>* ws) {
+        check_stored_case<T, T>(rng, c, ws, KeyLayout::blocks);
+        check_stored_case<T, Eigen::half>(rng, c, ws, KeyLayout::blocks);
+    });
 }
 
 TEST_CASE("KeyRows: blocked keys turn back into the rows they were written from", "[kernels][key_blocks]") {
