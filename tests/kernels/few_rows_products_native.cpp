@@ -130,7 +130,7 @@ TEMPLATE_TEST_CASE("few_rows_key_logits: keys in a KV cache's blocks of 16, nati
                     for (Index i = 0; i < d; ++i) store(detail::KeyRows<S>::blocked_entry(r, i, d)) = k(r, i);
                 }
                 const auto blocked = detail::KeyRows<S>::blocked(store.data(), total, d);
-                for (Index rows : {1, 3}) {
+                for (Index rows : {1, 2, 3, 4, 7}) {  // one to four rows per read of the blocks
                     RowMatrix<float> q(rows, d), tile(rows, keys + 16), key_tile(kKeyTile, d);
                     fill_normal(q, normal, rng);
                     tile.setConstant(-7.0f);

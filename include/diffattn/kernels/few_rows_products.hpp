@@ -80,10 +80,25 @@ void few_rows_key_logits(Tile&& tile, const Queries& queries, const KeyRows<S>& 
         if constexpr (std::is_same_v<T, float> && kFewRowsRead<T, S>) {
             if (k_begin % kKeyBlock == 0) {
                 static_assert(kRowMajor<Queries> && kRowMajor<Tile>, "row-major operands");
-                for (Index r = 0; r < queries.rows(); ++r) {
-                    scaled_blocked_key_dots(queries.data() + r * queries.outerStride(),
-                                            keys.data() + k_begin * keys.cols(), count, keys.cols(), scale,
-                                            tile.data() + r * tile.outerStride());
+                // Up to four query rows (a GQA group's heads) per read of the blocks.
+                for (Index r = 0; r < queries.rows(); r += 4) {
+                    const auto rows_from_r = [&](auto count_of_rows) {
+                        constexpr int kRows = decltype(count_of_rows)::value;
+                        const float* rows[kRows];
+                        float* out[kRows];
+                        for (int m = 0; m < kRows; ++m) {
+                            rows[m] = queries.data() + (r + m) * queries.outerStride();
+                            out[m] = tile.data() + (r + m) * tile.outerStride();
+                        }
+                        scaled_blocked_key_dots<kRows>(rows, keys.data() + k_begin * keys.cols(), count, keys.cols(),
+                                                       scale, out);
+                    };
+                    switch (std::min<Index>(4, queries.rows() - r)) {
+                        case 1: rows_from_r(std::integral_constant<int, 1>{}); break;
+                        case 2: rows_from_r(std::integral_constant<int, 2>{}); break;
+                        case 3: rows_from_r(std::integral_constant<int, 3>{}); break;
+                        default: rows_from_r(std::integral_constant<int, 4>{}); break;
+                    }
                 }
                 return;
             }

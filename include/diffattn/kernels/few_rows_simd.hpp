@@ -145,13 +145,16 @@ void scaled_key_dots(const float* query, const S* keys, Index stride, Index coun
     }
 }
 
-/// The scaled dots of `query` with n <= 16 keys of one block (kernels/key_rows.hpp's blocked layout:
-/// entry i of the block's keys at block + 16 i), `lanes` the mask of those keys: d multiply-adds of
-/// the block's rows by the query's entries, in four chains, and no sum across lanes. The keys
-/// outside `lanes` are not read.
-template <bool Whole, typename S>
-__attribute__((always_inline)) inline void scaled_block_dots(const float* query, const S* block, Index d,
-                                                             __mmask16 lanes, __m512 scales, float* out) {
+/// The scaled dots of M (1-4) query rows with n <= 16 keys of one block (kernels/key_rows.hpp's
+/// blocked layout: entry i of the block's keys at block + 16 i), `lanes` the mask of those keys: d
+/// multiply-adds of the block's rows by each query's entries, and no sum across lanes. Each row of
+/// the block is loaded once for the M queries (a GQA group's query heads); the products go in 4 / M
+/// chains per query, into out[m][j, j + 16). The keys outside `lanes` are not read.
+template <int M, bool Whole, typename S>
+__attribute__((always_inline)) inline void scaled_block_dots(const float* const (&queries)[M], const S* block, Index d,
+                                                             __mmask16 lanes, __m512 scales, float* const (&out)[M],
+                                                             Index j) {
+    constexpr int kChains = M == 1 ? 4 : M == 2 ? 2 : 1;
     const auto row = [&](Index i) {
         if constexpr (Whole) {
             return widen16(block + 16 * i);
@@ -159,29 +162,49 @@ __attribute__((always_inline)) inline void scaled_block_dots(const float* query,
             return widen16(lanes, block + 16 * i);
         }
     };
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    Index i = 0;
-    for (; i + 4 <= d; i += 4) {
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; ++c) acc[c] = _mm512_fmadd_ps(row(i + c), _mm512_set1_ps(query[i + c]), acc[c]);
+    __m512 acc[M][kChains];
+    for (int m = 0; m < M; ++m) {
+        for (int c = 0; c < kChains; ++c) acc[m][c] = _mm512_setzero_ps();
     }
-    for (; i < d; ++i) acc[0] = _mm512_fmadd_ps(row(i), _mm512_set1_ps(query[i]), acc[0]);
-    const __m512 sums = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-    _mm512_mask_storeu_ps(out, lanes, _mm512_mul_ps(sums, scales));
+    Index i = 0;
+    for (; i + kChains <= d; i += kChains) {
+#pragma GCC unroll 4
+        for (int c = 0; c < kChains; ++c) {
+            const __m512 entries = row(i + c);
+            for (int m = 0; m < M; ++m) {
+                acc[m][c] = _mm512_fmadd_ps(entries, _mm512_set1_ps(queries[m][i + c]), acc[m][c]);
+            }
+        }
+    }
+    for (; i < d; ++i) {
+        const __m512 entries = row(i);
+        for (int m = 0; m < M; ++m) acc[m][0] = _mm512_fmadd_ps(entries, _mm512_set1_ps(queries[m][i]), acc[m][0]);
+    }
+    for (int m = 0; m < M; ++m) {
+        __m512 sums = acc[m][0];
+        if constexpr (kChains == 2) sums = _mm512_add_ps(sums, acc[m][1]);
+        if constexpr (kChains == 4) {
+            sums = _mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]), _mm512_add_ps(acc[m][2], acc[m][3]));
+        }
+        _mm512_mask_storeu_ps(out[m] + j, lanes, _mm512_mul_ps(sums, scales));
+    }
 }
 
-/// out[j] = scale * (query . key j) for j < count, the keys in blocks of 16 from `blocks` (the
-/// block of key 0; kernels/key_rows.hpp), d entries each. No software prefetch: the blocks are one
-/// run of memory read in order, which the hardware prefetcher follows, and asking for each line
-/// ahead made decode steps slower (docs/benchmarks.md, "Keys in blocks of 16").
-template <typename S>
-void scaled_blocked_key_dots(const float* query, const S* blocks, Index count, Index d, float scale, float* out) {
+/// out[m][j] = scale * (queries[m] . key j) for j < count and each of the M (1-4) query rows, the
+/// keys in blocks of 16 from `blocks` (the block of key 0; kernels/key_rows.hpp), d entries each,
+/// each block read once for the M rows. No software prefetch: the blocks are one run of memory read
+/// in order, which the hardware prefetcher follows, and asking for each line ahead made decode
+/// steps slower (docs/benchmarks.md, "Keys in blocks of 16").
+template <int M, typename S>
+void scaled_blocked_key_dots(const float* const (&queries)[M], const S* blocks, Index count, Index d, float scale,
+                             float* const (&out)[M]) {
+    static_assert(M >= 1 && M <= 4, "one to four query rows");
     const __m512 scales = _mm512_set1_ps(scale);
     Index j = 0;
-    for (; j + 16 <= count; j += 16) scaled_block_dots<true>(query, blocks + j * d, d, 0xffff, scales, out + j);
+    for (; j + 16 <= count; j += 16) scaled_block_dots<M, true>(queries, blocks + j * d, d, 0xffff, scales, out, j);
     if (j < count) {
         const auto lanes = static_cast<__mmask16>((1u << (count - j)) - 1u);
-        scaled_block_dots<false>(query, blocks + j * d, d, lanes, scales, out + j);
+        scaled_block_dots<M, false>(queries, blocks + j * d, d, lanes, scales, out, j);
     }
 }
 
