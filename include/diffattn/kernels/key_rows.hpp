@@ -80,18 +80,6 @@ public:
         assert(!blocked_);
         return RowMajorRows(data_, rows_, cols_, Eigen::OuterStride<>(stride_));
     }
-    /// Where key r's entry i lies, from data().
-    Index offset(Index r, Index i) const {
-        return blocked_ ? blocked_entry(r, i, cols_) : r * stride_ + i;
-    }
-    /// The same keys, of which [0, rows) are used.
-    KeyRows first_rows(Index rows) const {
-        assert(rows >= 0 && rows <= rows_);
-        KeyRows k = *this;
-        k.rows_ = rows;
-        return k;
-    }
-
     /// Offset of key r's entry i in a blocked store of keys of `cols` entries.
     static Index blocked_entry(Index r, Index i, Index cols) {
         return r / kKeyBlock * kKeyBlock * cols + i * kKeyBlock + r % kKeyBlock;

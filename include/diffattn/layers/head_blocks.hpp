@@ -107,14 +107,12 @@ struct HeadBlocks {
     template <typename T>
     RowMatrix<T> gather(Index rows) const {
         RowMatrix<T> out(rows, total_width());
+        RowMatrix<T> blocked_rows(key_blocks ? rows : 0, width);  // a blocked head turned into rows
         for (Index b = 0; b < heads; ++b) {
-            if (!key_blocks) {
+            if (key_blocks) {
+                out.middleCols(b * width, width) = detail::key_rows_as<T>(keys(b, rows), 0, rows, blocked_rows);
+            } else {
                 out.middleCols(b * width, width) = head(b, 0, rows).template cast<T>();
-                continue;
-            }
-            const Keys k = keys(b, rows);
-            for (Index r = 0; r < rows; ++r) {
-                for (Index i = 0; i < width; ++i) out(r, b * width + i) = detail::widened<T>(k.data()[k.offset(r, i)]);
             }
         }
         return out;
