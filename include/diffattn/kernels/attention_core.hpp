@@ -125,7 +125,7 @@ void fold_tile(Logits& logits, const Mask& mask, Index q_begin, Index b_offset, 
                OnlineSoftmaxState<T>& state, PackedTiles<T>* packed) {
     using Product = PackedProduct<T>;
     const Index b_begin = q_begin + b_offset;
-    auto probabilities = scratch.logits.topLeftCorner(b_rows, b_keys);
+    auto probabilities = (packed != nullptr ? scratch.logits : scratch.few_rows_logits).topLeftCorner(b_rows, b_keys);
     logits(b_begin, q_begin, k_begin, probabilities, packed, scratch.key_tile);
     const bool masked = k_begin + b_keys > block_unmasked_end(mask, b_begin);
     const Index min_visible = state.fold(b_offset, probabilities, masked, [&](Index r) {

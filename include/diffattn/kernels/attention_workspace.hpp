@@ -49,20 +49,26 @@ struct PackedTiles {
 /// What one thread needs to run one query group: a logits tile, the packed operands and the
 /// online-softmax states of up to three maps, and the key and value tiles of operands stored in a
 /// narrower scalar (a half-precision KV cache, converted tile by tile: docs/math.md §6).
-/// O(kGroupRows * (head_dim + 3 * value_dim) + kQueryTile * value_dim + kKeyTile * (kQueryTile +
-/// head_dim + value_dim)).
+/// O(kGroupRows * (head_dim + 3 * value_dim) + kQueryTile * value_dim + kKeyTile * kQueryTile +
+/// kFewRowsKeyTile * (2 * kMinPackedRows + head_dim + value_dim)).
 template <typename T>
 struct BlockScratch {
     RowMatrix<T> logits;                           ///< [kQueryTile x kKeyTile] logits / probabilities of one tile
+    /// [2 kMinPackedRows x kFewRowsKeyTile] the same for a call of few rows (two outputs' weights
+    /// for DINT's mean modes: diff_few_rows.hpp), apart so that the packed tile keeps short rows.
+    RowMatrix<T> few_rows_logits;
     PackedTiles<T> packed;                         ///< packed operands of the tile products
     std::array<OnlineSoftmaxState<T>, 3> states;   ///< map 1, map 2, DINT's integral map (a group each)
-    RowMatrix<T> key_tile;                         ///< [kKeyTile x head_dim] a key tile stored in another scalar, as T
-    RowMatrix<T> value_tile;                       ///< [kKeyTile x value_dim] a value tile stored in another scalar, as T
+    /// [kFewRowsKeyTile x head_dim] a key tile stored in another scalar or layout, as T rows
+    RowMatrix<T> key_tile;
+    /// [kFewRowsKeyTile x value_dim] a value tile stored in another scalar, as T
+    RowMatrix<T> value_tile;
 
     void reserve(Index head_dim, Index value_dim) {
         grow_to(logits, kQueryTile, kKeyTile);
-        grow_to(key_tile, kKeyTile, head_dim);
-        grow_to(value_tile, kKeyTile, value_dim);
+        grow_to(few_rows_logits, 2 * kMinPackedRows, kFewRowsKeyTile);
+        grow_to(key_tile, kFewRowsKeyTile, head_dim);
+        grow_to(value_tile, kFewRowsKeyTile, value_dim);
         packed.reserve(head_dim, value_dim);
         for (auto& state : states) state.reserve(kGroupRows, value_dim);
     }

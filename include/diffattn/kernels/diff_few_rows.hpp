@@ -44,22 +44,22 @@ void keep_map_logits(const std::array<MapToKeep<T, Logits>, M>& maps, const Mask
     for (const MapToKeep<T, Logits>& map : maps) map.statistics.reset(q_rows, 0);
     const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
     const auto keep_tile = [&](const MapToKeep<T, Logits>& map, Index k_begin) {
-        const Index k_count = std::min(kKeyTile, visit_end - k_begin);
+        const Index k_count = std::min(kFewRowsKeyTile, visit_end - k_begin);
         const bool masked = k_begin + k_count > block_unmasked_end(mask, q_begin);
-        auto tile = scratch.logits.topLeftCorner(q_rows, k_count);  // padded rows, as fold() needs
+        auto tile = scratch.few_rows_logits.topLeftCorner(q_rows, k_count);  // padded rows, as fold() needs
         map.logits(q_begin, q_begin, k_begin, tile, nullptr, scratch.key_tile);
         map.kept.middleCols(k_begin, k_count) = tile;
         map.statistics.fold(0, tile, masked,
                             [&](Index r) { return visible_keys_in_tile(mask, q_begin + r, k_begin, k_count); });
     };
     if (shared_keys) {
-        for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kKeyTile) {
+        for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kFewRowsKeyTile) {
             for (const MapToKeep<T, Logits>& map : maps) keep_tile(map, k_begin);
         }
         return;
     }
     for (const MapToKeep<T, Logits>& map : maps) {
-        for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kKeyTile) keep_tile(map, k_begin);
+        for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kFewRowsKeyTile) keep_tile(map, k_begin);
     }
 }
 
@@ -91,11 +91,11 @@ void weigh_values(const std::array<KeptMap<T>, M>& maps, const Mask& mask, Index
                   BlockScratch<T>& scratch, KeyRange keys, Acc&& acc, FirstMap first_map = nullptr) {
     constexpr bool kFirstMap = !std::is_same_v<FirstMap, std::nullptr_t>;
     const Index visit_end = std::min(keys.end, block_visit_end(mask, 0, q_rows));
-    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kKeyTile) {
-        const Index k_count = std::min(kKeyTile, visit_end - k_begin);
+    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kFewRowsKeyTile) {
+        const Index k_count = std::min(kFewRowsKeyTile, visit_end - k_begin);
         const auto values = few_rows_operand<T>(v, k_begin, k_count, scratch.value_tile);
-        auto weights = scratch.logits.topLeftCorner(q_rows, k_count);
-        auto first_weights = scratch.logits.block(q_rows, 0, kFirstMap ? q_rows : 0, k_count);  // below them
+        auto weights = scratch.few_rows_logits.topLeftCorner(q_rows, k_count);
+        auto first_weights = scratch.few_rows_logits.block(q_rows, 0, kFirstMap ? q_rows : 0, k_count);  // below them
         Index min_visible = k_count;
         for (Index r = 0; r < q_rows; ++r) {
             const Index n = visible_keys_in_tile(mask, r, k_begin, k_count);

@@ -42,11 +42,11 @@ template <typename T, typename S, typename Mask, typename... Logits>
 void attend_few_rows(const std::tuple<Logits&...>& maps, const Mask& mask, Index q_begin, Index q_rows,
                      const ConstMatrixRef<S>& v, BlockScratch<T>& scratch,
                      OnlineSoftmaxState<T>* const (&states)[sizeof...(Logits)], KeyRange keys) {
-    assert(q_rows < kMinPackedRows && keys.begin % kKeyTile == 0);
+    assert(q_rows < kMinPackedRows && keys.begin % kFewRowsKeyTile == 0);
     for (OnlineSoftmaxState<T>* state : states) state->reset(q_rows, v.cols());
     const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
-    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kKeyTile) {
-        const Index k_count = std::min(kKeyTile, visit_end - k_begin);
+    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kFewRowsKeyTile) {
+        const Index k_count = std::min(kFewRowsKeyTile, visit_end - k_begin);
         const auto values = few_rows_operand<T>(v, k_begin, k_count, scratch.value_tile);  // read once for all the maps
         const LazyFinite<decltype(values)> values_finite(values);
         for_each_map(maps, [&](auto& map, std::size_t m) {
@@ -56,20 +56,23 @@ void attend_few_rows(const std::tuple<Logits&...>& maps, const Mask& mask, Index
     }
 }
 
-/// The runs a call of few rows cuts the key tiles it sees into: up to kKeySegmentsPerThread *
+/// The runs a call of few rows cuts the key tiles it sees (of kFewRowsKeyTile keys) into: up to
+/// kKeySegmentsPerThread *
 /// threads runs of whole tiles, about equal in count (the rows see about the same keys), or one
 /// (no split) with one thread or a single tile.
 struct KeyRuns {
     Index tiles = 0;
     Index count = 1;
     /// The keys of run r.
-    KeyRange operator[](Index r) const { return KeyRange{r * tiles / count * kKeyTile, (r + 1) * tiles / count * kKeyTile}; }
+    KeyRange operator[](Index r) const {
+        return KeyRange{r * tiles / count * kFewRowsKeyTile, (r + 1) * tiles / count * kFewRowsKeyTile};
+    }
 };
 
 /// The runs of the few query rows [q_begin, q_begin + q_rows) on `threads` threads.
 template <typename Mask>
 KeyRuns key_runs(const Mask& mask, Index q_begin, Index q_rows, int threads) {
-    const Index tiles = (block_visit_end(mask, q_begin, q_begin + q_rows) + kKeyTile - 1) / kKeyTile;
+    const Index tiles = (block_visit_end(mask, q_begin, q_begin + q_rows) + kFewRowsKeyTile - 1) / kFewRowsKeyTile;
     return KeyRuns{tiles, threads > 1 ? std::min<Index>(tiles, kKeySegmentsPerThread * threads) : 1};
 }
 
