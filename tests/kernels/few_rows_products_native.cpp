@@ -113,7 +113,8 @@ TEMPLATE_TEST_CASE("few_rows_key_logits: keys in a KV cache's blocks of 16, nati
                    float, Eigen::half, Eigen::bfloat16) {
     // The blocked loops (whole blocks, the last block's keys masked; a range from a block's start)
     // and the rows they fall back to (a range from inside a block) against sums in double of the
-    // stored keys; unused slots of the last block hold NaN, which must reach no logit.
+    // stored keys, for one query matrix and for two (few_rows_key_logits_of_two); unused slots of
+    // the last block hold NaN, which must reach no logit.
     using S = TestType;
     std::mt19937 rng(20261127);
     std::normal_distribution<float> normal;
@@ -137,8 +138,20 @@ TEMPLATE_TEST_CASE("few_rows_key_logits: keys in a KV cache's blocks of 16, nati
                     auto logits = tile.leftCols(keys);
                     detail::few_rows_key_logits(logits, Strided(q), blocked, begin, keys, scale, key_tile);
                     INFO("d " << d << ", keys " << keys << " from " << begin << ", rows " << rows);
-                    check_logits_tile(tile, q, keys, d, scale,
-                                      [&](Index j, Index i) { return static_cast<float>(k(begin + j, i)); });
+                    const auto key = [&](Index j, Index i) { return static_cast<float>(k(begin + j, i)); };
+                    check_logits_tile(tile, q, keys, d, scale, key);
+                    // Two query matrices over the same keys (DIFF V2's pair), their rows in turn
+                    // per read of the blocks.
+                    RowMatrix<float> q2(rows, d), tile1(rows, keys + 16), tile2(rows, keys + 16);
+                    fill_normal(q2, normal, rng);
+                    tile1.setConstant(-7.0f);
+                    tile2.setConstant(-7.0f);
+                    auto logits1 = tile1.leftCols(keys);
+                    auto logits2 = tile2.leftCols(keys);
+                    detail::few_rows_key_logits_of_two(logits1, Strided(q), logits2, Strided(q2), blocked, begin, keys,
+                                                       scale, key_tile);
+                    check_logits_tile(tile1, q, keys, d, scale, key);
+                    check_logits_tile(tile2, q2, keys, d, scale, key);
                 }
             }
         }

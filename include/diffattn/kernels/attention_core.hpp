@@ -68,9 +68,21 @@ public:
                                               packed->queries.data() + (q_begin - group_begin) * depth, depth, scale_);
     }
 
-    /// Whether `other` reads the same key rows (DIFF V2's two query heads of one kv head).
-    bool reads_keys_of(const DotProductLogits& other) const {
-        return k_.data() == other.k_.data() && k_.rows() == other.k_.rows() &&
+    /// tile as operator() writes it for a call of few rows, and other_tile as `other` would, from
+    /// one read of the key tile for both where the keys are read in place (shares_key_tiles_with).
+    template <typename Tile>
+    void few_rows_tiles_with(const DotProductLogits& other, Index q_begin, Index k_begin, Tile& tile, Tile& other_tile,
+                             RowMatrix<T>& key_tile) const {
+        assert(shares_key_tiles_with(other));
+        few_rows_key_logits_of_two(tile, q_.middleRows(q_begin, tile.rows()), other_tile,
+                                   other.q_.middleRows(q_begin, tile.rows()), k_, k_begin, tile.cols(), scale_,
+                                   key_tile);
+    }
+
+    /// Whether `other` reads the same key rows with the same scale (DIFF V2's two query heads of one
+    /// kv head), so that one read of a key tile serves both.
+    bool shares_key_tiles_with(const DotProductLogits& other) const {
+        return scale_ == other.scale_ && k_.data() == other.k_.data() && k_.rows() == other.k_.rows() &&
                k_.is_blocked() == other.k_.is_blocked() &&
                (k_.is_blocked() || k_.row_stride() == other.k_.row_stride());
     }

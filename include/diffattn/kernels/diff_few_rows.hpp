@@ -31,35 +31,52 @@ struct MapToKeep {
     OnlineSoftmaxState<T>& statistics;
 };
 
+/// Keeps the logits of one map's tile [q_rows x k_count] (rows padded, as fold() needs) in
+/// map.kept and folds them into its statistics (value width 0: only the row max and sum).
+template <typename T, typename Logits, typename Mask, typename Tile>
+void keep_tile(const MapToKeep<T, Logits>& map, const Mask& mask, Index q_begin, Index k_begin, Tile& tile) {
+    const Index k_count = tile.cols();
+    map.kept.middleCols(k_begin, k_count) = tile;
+    const bool masked = k_begin + k_count > block_unmasked_end(mask, q_begin);
+    map.statistics.fold(0, tile, masked,
+                        [&](Index r) { return visible_keys_in_tile(mask, q_begin + r, k_begin, k_count); });
+}
+
 /// Pass 1 over the keys [keys.begin, keys.end) the rows [q_begin, q_begin + q_rows) see, for each
-/// of `maps`: its logits kept, and folded into its statistics (value width 0: only the row max and
-/// sum). Maps over the same keys (`shared_keys`: DIFF V2's two query heads of one kv head) take
-/// each key tile in turn, so that the keys are read from memory once; maps over keys of their own
-/// (DIFF's K1 and K2) go one after the other, each reading its keys as one stream, which the
-/// prefetchers follow better than tiles of two streams in turn (docs/benchmarks.md, "One stream
-/// per map"). Each map folds its tiles in the same order either way, so the results are the same.
+/// of `maps`: its logits kept, and folded into its statistics. Maps over keys of their own (DIFF's
+/// K1 and K2) go one after the other, each reading its keys as one stream, which the prefetchers
+/// follow better than tiles of two streams in turn (docs/benchmarks.md, "One stream per map").
 template <typename T, typename Logits, std::size_t M, typename Mask>
 void keep_map_logits(const std::array<MapToKeep<T, Logits>, M>& maps, const Mask& mask, Index q_begin, Index q_rows,
-                     BlockScratch<T>& scratch, KeyRange keys, bool shared_keys = false) {
-    for (const MapToKeep<T, Logits>& map : maps) map.statistics.reset(q_rows, 0);
+                     BlockScratch<T>& scratch, KeyRange keys) {
     const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
-    const auto keep_tile = [&](const MapToKeep<T, Logits>& map, Index k_begin) {
-        const Index k_count = std::min(kFewRowsKeyTile, visit_end - k_begin);
-        const bool masked = k_begin + k_count > block_unmasked_end(mask, q_begin);
-        auto tile = scratch.few_rows_logits.topLeftCorner(q_rows, k_count);  // padded rows, as fold() needs
-        map.logits(q_begin, q_begin, k_begin, tile, nullptr, scratch.key_tile);
-        map.kept.middleCols(k_begin, k_count) = tile;
-        map.statistics.fold(0, tile, masked,
-                            [&](Index r) { return visible_keys_in_tile(mask, q_begin + r, k_begin, k_count); });
-    };
-    if (shared_keys) {
-        for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kFewRowsKeyTile) {
-            for (const MapToKeep<T, Logits>& map : maps) keep_tile(map, k_begin);
-        }
-        return;
-    }
     for (const MapToKeep<T, Logits>& map : maps) {
-        for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kFewRowsKeyTile) keep_tile(map, k_begin);
+        map.statistics.reset(q_rows, 0);
+        for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kFewRowsKeyTile) {
+            auto tile = scratch.few_rows_logits.topLeftCorner(q_rows, std::min(kFewRowsKeyTile, visit_end - k_begin));
+            map.logits(q_begin, q_begin, k_begin, tile, nullptr, scratch.key_tile);
+            keep_tile(map, mask, q_begin, k_begin, tile);
+        }
+    }
+}
+
+/// keep_map_logits for two maps over the same keys (DIFF V2's two query heads of one kv head):
+/// each key tile is read once for both (DotProductLogits::few_rows_tiles_with). Each map folds its
+/// tiles in the same order as keep_map_logits would.
+template <typename T, typename S, typename Mask>
+void keep_paired_map_logits(const MapToKeep<T, const DotProductLogits<T, S>>& map1,
+                            const MapToKeep<T, const DotProductLogits<T, S>>& map2, const Mask& mask, Index q_begin,
+                            Index q_rows, BlockScratch<T>& scratch, KeyRange keys) {
+    map1.statistics.reset(q_rows, 0);
+    map2.statistics.reset(q_rows, 0);
+    const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
+    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kFewRowsKeyTile) {
+        const Index k_count = std::min(kFewRowsKeyTile, visit_end - k_begin);
+        auto tile1 = scratch.few_rows_logits.block(0, 0, q_rows, k_count);
+        auto tile2 = scratch.few_rows_logits.block(q_rows, 0, q_rows, k_count);  // below it
+        map1.logits.few_rows_tiles_with(map2.logits, q_begin, k_begin, tile1, tile2, scratch.key_tile);
+        keep_tile(map1, mask, q_begin, k_begin, tile1);
+        keep_tile(map2, mask, q_begin, k_begin, tile2);
     }
 }
 
@@ -178,10 +195,15 @@ void keep_two_maps(const DotProductLogits<T, S>& logits1, const DotProductLogits
     Eigen::Map<RowMatrix<T>> kept1 = ws.stored_logits(q_rows, seq_len_kv, 0);
     Eigen::Map<RowMatrix<T>> kept2 = ws.stored_logits(q_rows, seq_len_kv, 1);
     using Map = MapToKeep<T, const DotProductLogits<T, S>>;
+    const bool shared_keys = logits1.shares_key_tiles_with(logits2);
     fold_key_runs<2>(mask, 0, q_rows, threads, ws, scratch, {&scratch.states[0], &scratch.states[1]},
                      [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
                          const std::array<Map, 2> maps{Map{logits1, kept1, *states[0]}, Map{logits2, kept2, *states[1]}};
-                         keep_map_logits(maps, mask, 0, q_rows, mine, keys, logits1.reads_keys_of(logits2));
+                         if (shared_keys) {
+                             keep_paired_map_logits(maps[0], maps[1], mask, 0, q_rows, mine, keys);
+                         } else {
+                             keep_map_logits(maps, mask, 0, q_rows, mine, keys);
+                         }
                      });
 }
 

@@ -15,7 +15,9 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 namespace diffattn::detail {
 
@@ -68,48 +70,91 @@ void few_rows_logits(Tile&& tile, const Queries& queries, const Keys& keys, T sc
     }
 }
 
+#if defined(DIFFATTN_FEW_ROWS_AVX512)
+/// The scaled dots of `rows` query rows with `count` blocked keys from the block at `blocks`
+/// (kernels/key_rows.hpp), d entries each: row_at(i) gives query row i and where its logits go, as
+/// {const float*, float*}. Up to four rows (a GQA group's heads, DIFF V2's two maps) share each
+/// read of a block.
+template <typename S, typename RowAt>
+void blocked_key_logits(Index rows, const RowAt& row_at, const S* blocks, Index count, Index d, float scale) {
+    for (Index r = 0; r < rows; r += 4) {
+        const auto rows_from_r = [&](auto count_of_rows) {
+            constexpr int kRows = decltype(count_of_rows)::value;
+            const float* queries[kRows];
+            float* out[kRows];
+            for (int m = 0; m < kRows; ++m) std::tie(queries[m], out[m]) = row_at(r + m);
+            scaled_blocked_key_dots<kRows>(queries, blocks, count, d, scale, out);
+        };
+        switch (std::min<Index>(4, rows - r)) {
+            case 1: rows_from_r(std::integral_constant<int, 1>{}); break;
+            case 2: rows_from_r(std::integral_constant<int, 2>{}); break;
+            case 3: rows_from_r(std::integral_constant<int, 3>{}); break;
+            default: rows_from_r(std::integral_constant<int, 4>{}); break;
+        }
+    }
+}
+#endif
+
+/// Whether the few-row products read keys stored in S in blocks (kernels/key_rows.hpp) where they
+/// lie when computing in T, from the start of a block: the AVX-512 float loops.
+template <typename T, typename S>
+inline constexpr bool kFewRowsReadBlocks =
+#if defined(DIFFATTN_FEW_ROWS_AVX512)
+    std::is_same_v<T, float> && kFewRowsRead<T, S>;
+#else
+    false;
+#endif
+
 /// tile [rows x count] = scale * queries [rows x d] keys[k_begin, k_begin + count)^T for few query
 /// rows, the keys row-major or blocked (kernels/key_rows.hpp): read where they lie by the loops that
-/// read their scalar and layout (blocked: the AVX-512 float loops, from the start of a block), else
+/// read their scalar and layout (blocked: kFewRowsReadBlocks, from the start of a block), else
 /// turned into rows in T in `key_tile` first.
 template <typename Tile, typename Queries, typename T, typename S>
 void few_rows_key_logits(Tile&& tile, const Queries& queries, const KeyRows<S>& keys, Index k_begin, Index count,
                          T scale, RowMatrix<T>& key_tile) {
-    if (keys.is_blocked()) {
 #if defined(DIFFATTN_FEW_ROWS_AVX512)
-        if constexpr (std::is_same_v<T, float> && kFewRowsRead<T, S>) {
-            if (k_begin % kKeyBlock == 0) {
-                static_assert(kRowMajor<Queries> && kRowMajor<Tile>, "row-major operands");
-                // Up to four query rows (a GQA group's heads) per read of the blocks.
-                for (Index r = 0; r < queries.rows(); r += 4) {
-                    const auto rows_from_r = [&](auto count_of_rows) {
-                        constexpr int kRows = decltype(count_of_rows)::value;
-                        const float* rows[kRows];
-                        float* out[kRows];
-                        for (int m = 0; m < kRows; ++m) {
-                            rows[m] = queries.data() + (r + m) * queries.outerStride();
-                            out[m] = tile.data() + (r + m) * tile.outerStride();
-                        }
-                        scaled_blocked_key_dots<kRows>(rows, keys.data() + k_begin * keys.cols(), count, keys.cols(),
-                                                       scale, out);
-                    };
-                    switch (std::min<Index>(4, queries.rows() - r)) {
-                        case 1: rows_from_r(std::integral_constant<int, 1>{}); break;
-                        case 2: rows_from_r(std::integral_constant<int, 2>{}); break;
-                        case 3: rows_from_r(std::integral_constant<int, 3>{}); break;
-                        default: rows_from_r(std::integral_constant<int, 4>{}); break;
-                    }
-                }
-                return;
-            }
+    if constexpr (kFewRowsReadBlocks<T, S>) {
+        if (keys.is_blocked() && k_begin % kKeyBlock == 0) {
+            static_assert(kRowMajor<Queries> && kRowMajor<std::decay_t<Tile>>, "row-major operands");
+            const auto row_at = [&](Index i) {
+                return std::pair<const float*, float*>(queries.data() + i * queries.outerStride(),
+                                                       tile.data() + i * tile.outerStride());
+            };
+            blocked_key_logits(queries.rows(), row_at, keys.data() + k_begin * keys.cols(), count, keys.cols(), scale);
+            return;
         }
-#endif
-        few_rows_logits(tile, queries, key_rows_as<T>(keys, k_begin, count, key_tile), scale);
-    } else if constexpr (kFewRowsRead<T, S>) {
-        few_rows_logits(tile, queries, keys.row_major().middleRows(k_begin, count), scale);
-    } else {
-        few_rows_logits(tile, queries, key_rows_as<T>(keys, k_begin, count, key_tile), scale);
     }
+#endif
+    if constexpr (kFewRowsRead<T, S>) {
+        if (!keys.is_blocked()) return few_rows_logits(tile, queries, keys.row_major().middleRows(k_begin, count), scale);
+    }
+    few_rows_logits(tile, queries, key_rows_as<T>(keys, k_begin, count, key_tile), scale);
+}
+
+/// few_rows_key_logits for two query matrices over the same keys (DIFF V2's two query heads of one
+/// kv head): tile1 from queries1 and tile2 from queries2, of the same rows, from one read of the
+/// keys where they are read in place in blocks; else one call after the other.
+template <typename Tile, typename Queries, typename T, typename S>
+void few_rows_key_logits_of_two(Tile&& tile1, const Queries& queries1, Tile&& tile2, const Queries& queries2,
+                                const KeyRows<S>& keys, Index k_begin, Index count, T scale, RowMatrix<T>& key_tile) {
+#if defined(DIFFATTN_FEW_ROWS_AVX512)
+    if constexpr (kFewRowsReadBlocks<T, S>) {
+        if (keys.is_blocked() && k_begin % kKeyBlock == 0) {
+            static_assert(kRowMajor<Queries> && kRowMajor<std::decay_t<Tile>>, "row-major operands");
+            const auto row_at = [&](Index i) {  // the two matrices' rows in turn: a block read once for both
+                const auto& queries = i % 2 == 0 ? queries1 : queries2;
+                auto& tile = i % 2 == 0 ? tile1 : tile2;
+                return std::pair<const float*, float*>(queries.data() + i / 2 * queries.outerStride(),
+                                                       tile.data() + i / 2 * tile.outerStride());
+            };
+            blocked_key_logits(2 * queries1.rows(), row_at, keys.data() + k_begin * keys.cols(), count, keys.cols(),
+                               scale);
+            return;
+        }
+    }
+#endif
+    few_rows_key_logits(tile1, queries1, keys, k_begin, count, scale, key_tile);
+    few_rows_key_logits(tile2, queries2, keys, k_begin, count, scale, key_tile);
 }
 
 /// acc [rows x dv] += probabilities [rows x keys] values [keys x dv], for few query rows, and the
