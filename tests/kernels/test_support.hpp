@@ -301,7 +301,7 @@ inline std::optional<Index> random_valid_len(std::mt19937& rng, Index seq_len_q,
 }
 
 /// Runs check(case, workspace) on random decode calls (docs/math.md §6): fewer than
-/// kMinPackedRows query rows after a KV cache of 0 to ~5 of their key tiles (kFewRowsKeyTile), so
+/// kMinPackedRows query rows after a KV cache of 0 to ~5 of their longest key tiles (kFewRowsKeyTile), so
 /// their keys split into several runs (kernels/key_split.hpp), on 1, 2 and 3 threads, with both
 /// masks and sometimes key padding; `count` shapes, 3 thread counts each. Every other call gets one
 /// workspace reused across all of them (it grows to the most threads), the others none.

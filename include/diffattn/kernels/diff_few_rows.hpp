@@ -46,14 +46,15 @@ void keep_tile(const MapToKeep<T, Logits>& map, const Mask& mask, Index q_begin,
 /// of `maps`: its logits kept, and folded into its statistics. Maps over keys of their own (DIFF's
 /// K1 and K2) go one after the other, each reading its keys as one stream, which the prefetchers
 /// follow better than tiles of two streams in turn (docs/benchmarks.md, "One stream per map").
-template <typename T, typename Logits, std::size_t M, typename Mask>
+template <typename S, typename T, typename Logits, std::size_t M, typename Mask>
 void keep_map_logits(const std::array<MapToKeep<T, Logits>, M>& maps, const Mask& mask, Index q_begin, Index q_rows,
                      BlockScratch<T>& scratch, KeyRange keys) {
     const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
     for (const MapToKeep<T, Logits>& map : maps) {
         map.statistics.reset(q_rows, 0);
-        for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kFewRowsKeyTile) {
-            auto tile = scratch.few_rows_logits.topLeftCorner(q_rows, std::min(kFewRowsKeyTile, visit_end - k_begin));
+        for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kFewRowsKeyTileOf<S>) {
+            const Index k_count = std::min(kFewRowsKeyTileOf<S>, visit_end - k_begin);
+            auto tile = scratch.few_rows_logits.topLeftCorner(q_rows, k_count);
             map.logits(q_begin, q_begin, k_begin, tile, nullptr, scratch.key_tile);
             keep_tile(map, mask, q_begin, k_begin, tile);
         }
@@ -70,8 +71,8 @@ void keep_paired_map_logits(const MapToKeep<T, const DotProductLogits<T, S>>& ma
     map1.statistics.reset(q_rows, 0);
     map2.statistics.reset(q_rows, 0);
     const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
-    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kFewRowsKeyTile) {
-        const Index k_count = std::min(kFewRowsKeyTile, visit_end - k_begin);
+    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kFewRowsKeyTileOf<S>) {
+        const Index k_count = std::min(kFewRowsKeyTileOf<S>, visit_end - k_begin);
         auto tile1 = scratch.few_rows_logits.block(0, 0, q_rows, k_count);
         auto tile2 = scratch.few_rows_logits.block(q_rows, 0, q_rows, k_count);  // below it
         map1.logits.few_rows_tiles_with(map2.logits, q_begin, k_begin, tile1, tile2, scratch.key_tile);
@@ -108,8 +109,8 @@ void weigh_values(const std::array<KeptMap<T>, M>& maps, const Mask& mask, Index
                   BlockScratch<T>& scratch, KeyRange keys, Acc&& acc, FirstMap first_map = nullptr) {
     constexpr bool kFirstMap = !std::is_same_v<FirstMap, std::nullptr_t>;
     const Index visit_end = std::min(keys.end, block_visit_end(mask, 0, q_rows));
-    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kFewRowsKeyTile) {
-        const Index k_count = std::min(kFewRowsKeyTile, visit_end - k_begin);
+    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kFewRowsKeyTileOf<S>) {
+        const Index k_count = std::min(kFewRowsKeyTileOf<S>, visit_end - k_begin);
         const auto values = few_rows_operand<T>(v, k_begin, k_count, scratch.value_tile);
         auto weights = scratch.few_rows_logits.topLeftCorner(q_rows, k_count);
         auto first_weights = scratch.few_rows_logits.block(q_rows, 0, kFirstMap ? q_rows : 0, k_count);  // below them
@@ -161,7 +162,7 @@ void multiply_values_once(const std::array<KeptMap<T>, M>& maps, const Mask& mas
                           MatrixRef<T>& out, FirstMap first_map = nullptr) {
     constexpr bool kFirstMap = !std::is_same_v<FirstMap, std::nullptr_t>;
     assert(q_rows < kMinPackedRows && q_rows == out.rows());
-    const KeyRuns runs = key_runs(mask, 0, q_rows, threads);
+    const KeyRuns runs = key_runs<S>(mask, 0, q_rows, threads);
     if (runs.count <= 1) {
         out.setZero();
         if constexpr (kFirstMap) first_map.setZero();
@@ -196,13 +197,13 @@ void keep_two_maps(const DotProductLogits<T, S>& logits1, const DotProductLogits
     Eigen::Map<RowMatrix<T>> kept2 = ws.stored_logits(q_rows, seq_len_kv, 1);
     using Map = MapToKeep<T, const DotProductLogits<T, S>>;
     const bool shared_keys = logits1.shares_key_tiles_with(logits2);
-    fold_key_runs<2>(mask, 0, q_rows, threads, ws, scratch, {&scratch.states[0], &scratch.states[1]},
+    fold_key_runs<2, S>(mask, 0, q_rows, threads, ws, scratch, {&scratch.states[0], &scratch.states[1]},
                      [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
                          const std::array<Map, 2> maps{Map{logits1, kept1, *states[0]}, Map{logits2, kept2, *states[1]}};
                          if (shared_keys) {
                              keep_paired_map_logits(maps[0], maps[1], mask, 0, q_rows, mine, keys);
                          } else {
-                             keep_map_logits(maps, mask, 0, q_rows, mine, keys);
+                             keep_map_logits<S>(maps, mask, 0, q_rows, mine, keys);
                          }
                      });
 }

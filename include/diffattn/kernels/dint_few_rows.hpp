@@ -60,11 +60,11 @@ void dint_softmax_few_rows(const DotProductLogits<T, S>& logits1, const DotProdu
     const StoredLogits<T> map1_logits(kept1, 0);
     const A1Tiles<T, Mask, StoredLogits<T>> a1(map1_logits, mask, 0, statistics1.row_maxima(), statistics1.row_sums());
     IntegralLogits<T, Mask, StoredLogits<T>> integral_logits(a1, column_sum, rows_before);
-    fold_key_runs<1>(mask, 0, q_rows, threads, ws, scratch, {&integral_statistics},
+    fold_key_runs<1, S>(mask, 0, q_rows, threads, ws, scratch, {&integral_statistics},
                      [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
                          using Map = MapToKeep<T, decltype(integral_logits)>;
                          const std::array<Map, 1> maps{Map{integral_logits, kept_integral, *states[0]}};
-                         keep_map_logits(maps, mask, 0, q_rows, mine, keys);
+                         keep_map_logits<S>(maps, mask, 0, q_rows, mine, keys);
                      });
     // 3. One pass over V with the three maps' weights combined.
     const std::array<KeptMap<T>, 3> maps{KeptMap<T>{kept1, statistics1, T(1), {}},

@@ -126,7 +126,9 @@ void few_rows_key_logits(Tile&& tile, const Queries& queries, const KeyRows<S>& 
     }
 #endif
     if constexpr (kFewRowsRead<T, S>) {
-        if (!keys.is_blocked()) return few_rows_logits(tile, queries, keys.row_major().middleRows(k_begin, count), scale);
+        if (!keys.is_blocked()) {
+            return few_rows_logits(tile, queries, keys.row_major().middleRows(k_begin, count), scale);
+        }
     }
     few_rows_logits(tile, queries, key_rows_as<T>(keys, k_begin, count, key_tile), scale);
 }

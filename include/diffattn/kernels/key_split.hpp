@@ -42,11 +42,12 @@ template <typename T, typename S, typename Mask, typename... Logits>
 void attend_few_rows(const std::tuple<Logits&...>& maps, const Mask& mask, Index q_begin, Index q_rows,
                      const ConstMatrixRef<S>& v, BlockScratch<T>& scratch,
                      OnlineSoftmaxState<T>* const (&states)[sizeof...(Logits)], KeyRange keys) {
-    assert(q_rows < kMinPackedRows && keys.begin % kFewRowsKeyTile == 0);
+    constexpr Index kTile = kFewRowsKeyTileOf<S>;
+    assert(q_rows < kMinPackedRows && keys.begin % kTile == 0);
     for (OnlineSoftmaxState<T>* state : states) state->reset(q_rows, v.cols());
     const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
-    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kFewRowsKeyTile) {
-        const Index k_count = std::min(kFewRowsKeyTile, visit_end - k_begin);
+    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kTile) {
+        const Index k_count = std::min(kTile, visit_end - k_begin);
         const auto values = few_rows_operand<T>(v, k_begin, k_count, scratch.value_tile);  // read once for all the maps
         const LazyFinite<decltype(values)> values_finite(values);
         for_each_map(maps, [&](auto& map, std::size_t m) {
@@ -56,24 +57,27 @@ void attend_few_rows(const std::tuple<Logits&...>& maps, const Mask& mask, Index
     }
 }
 
-/// The runs a call of few rows cuts the key tiles it sees (of kFewRowsKeyTile keys) into: up to
+/// The runs a call of few rows cuts the key tiles it sees (of `tile` keys) into: up to
 /// kKeySegmentsPerThread *
 /// threads runs of whole tiles, about equal in count (the rows see about the same keys), or one
 /// (no split) with one thread or a single tile.
 struct KeyRuns {
     Index tiles = 0;
     Index count = 1;
+    Index tile = kKeyTile;
     /// The keys of run r.
     KeyRange operator[](Index r) const {
-        return KeyRange{r * tiles / count * kFewRowsKeyTile, (r + 1) * tiles / count * kFewRowsKeyTile};
+        return KeyRange{r * tiles / count * tile, (r + 1) * tiles / count * tile};
     }
 };
 
-/// The runs of the few query rows [q_begin, q_begin + q_rows) on `threads` threads.
-template <typename Mask>
+/// The runs of the few query rows [q_begin, q_begin + q_rows) on `threads` threads, over keys
+/// stored in S (tiles of kFewRowsKeyTileOf<S>).
+template <typename S, typename Mask>
 KeyRuns key_runs(const Mask& mask, Index q_begin, Index q_rows, int threads) {
-    const Index tiles = (block_visit_end(mask, q_begin, q_begin + q_rows) + kFewRowsKeyTile - 1) / kFewRowsKeyTile;
-    return KeyRuns{tiles, threads > 1 ? std::min<Index>(tiles, kKeySegmentsPerThread * threads) : 1};
+    constexpr Index kTile = kFewRowsKeyTileOf<S>;
+    const Index tiles = (block_visit_end(mask, q_begin, q_begin + q_rows) + kTile - 1) / kTile;
+    return KeyRuns{tiles, threads > 1 ? std::min<Index>(tiles, kKeySegmentsPerThread * threads) : 1, kTile};
 }
 
 /// Calls run(r, keys, scratch) for each run r of `runs`, as one task each on up to `threads`
@@ -92,10 +96,10 @@ void for_each_key_run(const KeyRuns& runs, int threads, AttentionWorkspace<T>& w
 /// each run is a task, handed out one at a time, that folds into its own states (the workspace's
 /// key_split_parts), and then each state merges its runs into into[m]. With one thread or a
 /// single tile: fold over all the keys into `into`, on `scratch`.
-template <std::size_t M, typename T, typename Mask, typename Fold>
+template <std::size_t M, typename S, typename T, typename Mask, typename Fold>
 void fold_key_runs(const Mask& mask, Index q_begin, Index q_rows, int threads, AttentionWorkspace<T>& ws,
                    BlockScratch<T>& scratch, OnlineSoftmaxState<T>* const (&into)[M], Fold&& fold) {
-    const KeyRuns key_runs_of_rows = key_runs(mask, q_begin, q_rows, threads);
+    const KeyRuns key_runs_of_rows = key_runs<S>(mask, q_begin, q_rows, threads);
     const Index runs = key_runs_of_rows.count;
     if (runs <= 1) {
         fold(KeyRange{}, scratch, into);
@@ -117,7 +121,7 @@ template <typename T, typename S, typename Mask, typename... Logits>
 void attend_few_rows_split(const std::tuple<Logits&...>& maps, const Mask& mask, Index q_begin, Index q_rows,
                            const ConstMatrixRef<S>& v, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch,
                            int threads, OnlineSoftmaxState<T>* const (&into)[sizeof...(Logits)]) {
-    fold_key_runs(mask, q_begin, q_rows, threads, ws, scratch, into,
+    fold_key_runs<sizeof...(Logits), S>(mask, q_begin, q_rows, threads, ws, scratch, into,
                   [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
                       attend_few_rows(maps, mask, q_begin, q_rows, v, mine, states, keys);
                   });

@@ -26,12 +26,14 @@ inline constexpr Index kGroupRows = kGroupBlocks * kQueryTile;
 /// over the threads (kernels/key_split.hpp), since their one query group leaves the others idle.
 inline constexpr Index kMinPackedRows = 8;
 
-/// Calls of fewer than kMinPackedRows rows visit their keys in tiles of kFewRowsKeyTile: their tiles
-/// are not packed, and each tile's softmax work between the reads of its keys and values stalls
-/// the memory stream, so longer tiles (64 KB of keys at head dim 32) leave fewer stalls. At 128
-/// keys a decode step's heads read the cache at about 0.7 of a streaming read's rate, at 512 about
-/// 0.95 (docs/benchmarks.md, "Longer key tiles for few rows").
+/// Calls of fewer than kMinPackedRows rows over keys and values stored in S visit their keys in
+/// tiles of kFewRowsKeyTileOf<S> (their tiles are not packed): kFewRowsKeyTile for float and
+/// double, whose heads read the cache at about 0.95 of a streaming read's rate with it against
+/// about 0.7 with tiles of 128; kKeyTile for half precision, whose heads were slower with the
+/// longer tiles (docs/benchmarks.md, "Longer key tiles for few rows").
 inline constexpr Index kFewRowsKeyTile = 4 * kKeyTile;
+template <typename S>
+inline constexpr Index kFewRowsKeyTileOf = sizeof(S) >= 4 ? kFewRowsKeyTile : kKeyTile;
 
 /// Number of query blocks of kQueryTile rows covering `seq_len_q` rows.
 inline Index query_block_count(Index seq_len_q) { return (seq_len_q + kQueryTile - 1) / kQueryTile; }
