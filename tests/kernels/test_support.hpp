@@ -301,8 +301,9 @@ inline std::optional<Index> random_valid_len(std::mt19937& rng, Index seq_len_q,
 }
 
 /// Runs check(case, workspace) on random decode calls (docs/math.md §6): fewer than
-/// kMinPackedRows query rows after a KV cache of 0 to ~5 of their longest key tiles (kFewRowsKeyTile), so
-/// their keys split into several runs (kernels/key_split.hpp), on 1, 2 and 3 threads, with both
+/// kMinPackedRows query rows after a KV cache of 0 to just past 2 of their longest key tiles
+/// (kFewRowsKeyTile: 3 tiles, and 9 of the half caches' shorter ones; the DINT references cost S^2),
+/// so their keys split into several runs (kernels/key_split.hpp), on 1, 2 and 3 threads, with both
 /// masks and sometimes key padding; `count` shapes, 3 thread counts each. Every other call gets one
 /// workspace reused across all of them (it grows to the most threads), the others none.
 template <typename T, typename Check>
@@ -311,7 +312,8 @@ void for_each_decode_case(std::mt19937& rng, int count, Check&& check) {
     for (int i = 0; i < count; ++i) {
         KernelCase c;
         c.seq_len_q = uniform_index(rng, 1, kMinPackedRows - 1);
-        c.seq_len_kv = c.seq_len_q + (i % 4 == 0 ? 0 : uniform_index(rng, 0, 5 * kFewRowsKeyTile + 7) / kDebugCostDivisor);
+        const Index cached = uniform_index(rng, 0, 2 * kFewRowsKeyTile + 7) / kDebugCostDivisor;
+        c.seq_len_kv = c.seq_len_q + (i % 4 == 0 ? 0 : cached);
         c.head_dim = uniform_index(rng, 1, 72);
         c.value_dim = uniform_index(rng, 1, 80);
         c.mask = i % 3 == 2 ? MaskKind::none : MaskKind::causal;
