@@ -54,8 +54,9 @@ struct PackedTiles {
 template <typename T>
 struct BlockScratch {
     RowMatrix<T> logits;                           ///< [kQueryTile x kKeyTile] logits / probabilities of one tile
-    /// [2 kMinPackedRows x kFewRowsKeyTile] the same for a call of few rows (two outputs' weights
-    /// for DINT's mean modes: diff_few_rows.hpp), apart so that the packed tile keeps short rows.
+    /// [2 kMinPackedRows x kFewRowsKeyTile] the same for a call of few rows (two sets of rows: DINT's
+    /// mean modes' two outputs' weights, DIFF V2's two maps' logits; diff_few_rows.hpp), apart so
+    /// that the packed tile keeps short rows.
     RowMatrix<T> few_rows_logits;
     PackedTiles<T> packed;                         ///< packed operands of the tile products
     std::array<OnlineSoftmaxState<T>, 3> states;   ///< map 1, map 2, DINT's integral map (a group each)

@@ -58,9 +58,8 @@ void attend_few_rows(const std::tuple<Logits&...>& maps, const Mask& mask, Index
 }
 
 /// The runs a call of few rows cuts the key tiles it sees (of `tile` keys) into: up to
-/// kKeySegmentsPerThread *
-/// threads runs of whole tiles, about equal in count (the rows see about the same keys), or one
-/// (no split) with one thread or a single tile.
+/// kKeySegmentsPerThread * threads runs of whole tiles, about equal in count (the rows see about
+/// the same keys), or one (no split) with one thread or a single tile.
 struct KeyRuns {
     Index tiles = 0;
     Index count = 1;

@@ -28,7 +28,7 @@ inline constexpr Index kMinPackedRows = 8;
 
 /// Calls of fewer than kMinPackedRows rows over keys and values stored in S visit their keys in
 /// tiles of kFewRowsKeyTileOf<S> (their tiles are not packed): kFewRowsKeyTile for float and
-/// double, whose heads read the cache at about 0.95 of a streaming read's rate with it against
+/// double, whose heads read the cache at about 0.9 of a streaming read's rate with it against
 /// about 0.7 with tiles of 128; kKeyTile for half precision, whose heads were slower with the
 /// longer tiles (docs/benchmarks.md, "Longer key tiles for few rows").
 inline constexpr Index kFewRowsKeyTile = 4 * kKeyTile;
