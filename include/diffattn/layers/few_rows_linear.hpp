@@ -74,27 +74,32 @@ EIGEN_ALWAYS_INLINE void accumulate_dots(const T* const (&x_row)[N], const T* co
     }
 }
 
-/// As accumulate_dots, but the W rows one after the other, each in the order it lies in memory,
-/// with no software prefetch: for one x row against short W rows (kShortRowBytes), which
-/// accumulate_dots reads as R streams of a few lines each. The hardware prefetcher follows one
-/// forward stream, while the prefetches that short streams need are bound by the L1 miss buffers
-/// they share with the loads (docs/benchmarks.md, "Decode-time projections"). Each sum takes the
-/// same packets in the same order as accumulate_dots's, so the bits are the same.
-template <int R, int N, typename Packet, typename T>
-EIGEN_ALWAYS_INLINE void accumulate_dots_row_by_row(const T* const (&x_row)[N], const T* const (&w_row)[R],
-                                                    Index k_begin, Index k_end, Packet (&acc)[R][N]) {
-    constexpr Index P = Eigen::internal::unpacket_traits<Packet>::size;
-    for (int r = 0; r < R; ++r) {
-        for (Index k = k_begin; k < k_end; k += P) {
-            const Packet w_packet = Eigen::internal::ploadu<Packet>(w_row[r] + k);
-            for (int n = 0; n < N; ++n) {
-                acc[r][n] = Eigen::internal::pmadd(w_packet, Eigen::internal::ploadu<Packet>(x_row[n] + k), acc[r][n]);
-            }
+/// out(0, j) = W row j . x for j in [j_begin, j_end), one x row (depth entries) against short W
+/// rows (kShortRowBytes): each W row on its own, in the order it lies in memory and with no software
+/// prefetch, its dot product, its sum across lanes and its store, then the next row. Read as
+/// accumulate_dots reads them, R short rows make R streams of a few lines each: the hardware
+/// prefetcher follows one forward stream, while the prefetches that short streams need are bound by
+/// the L1 miss buffers they share with the loads (docs/benchmarks.md, "Decode-time projections").
+/// Each sum takes the same packets in the same order as accumulate_dots's, so the bits are the same.
+template <typename T, typename W, typename Out>
+void one_row_dots_row_by_row(const T* x, const W& w, Out& out, Index j_begin, Index j_end, Index depth) {
+    using Packet = typename Eigen::internal::packet_traits<T>::type;
+    constexpr Index P = Eigen::internal::packet_traits<T>::size;
+    const Index full = depth / P * P;
+    for (Index j = j_begin; j < j_end; ++j) {
+        const T* const row = w.data() + j * w.outerStride();
+        Packet acc = Eigen::internal::pset1<Packet>(T(0));
+        for (Index k = 0; k < full; k += P) {
+            const Packet w_packet = Eigen::internal::ploadu<Packet>(row + k);
+            acc = Eigen::internal::pmadd(w_packet, Eigen::internal::ploadu<Packet>(x + k), acc);
         }
+        T sum = Eigen::internal::predux(acc);
+        for (Index k = full; k < depth; ++k) sum += row[k] * x[k];
+        out(0, j) = sum;
     }
 }
 
-/// Rows of W at most this long are read row by row for one x row (accumulate_dots_row_by_row);
+/// Rows of W at most this long are read row by row for one x row (one_row_dots_row_by_row);
 /// longer ones give each of accumulate_dots's streams enough lines for the prefetchers.
 inline constexpr Index kShortRowBytes = 2048;
 
@@ -124,16 +129,20 @@ void row_pointers(const M& m, Index first, const T* (&row)[N]) {
 /// the same place in the next group's rows: a whole group ahead, where asking 512 bytes on in the
 /// same row left the first 512 bytes of every group unasked (a weight row is 1-3 KB in the bench
 /// model; docs/benchmarks.md, "Prefetching into L2"). One x row against W rows of at most
-/// kShortRowBytes reads each group row by row instead (accumulate_dots_row_by_row).
+/// kShortRowBytes takes each W row on its own instead (one_row_dots_row_by_row).
 template <int N, typename T, typename X, typename W, typename Out>
 void few_rows_dot_rows(const X& x, const W& w, Out& out, Index j_begin, Index j_end) {
     using Packet = typename Eigen::internal::packet_traits<T>::type;
     constexpr Index P = Eigen::internal::packet_traits<T>::size;
     constexpr int R = kFewRowsWideGroups ? (N <= 2 ? 8 : 4) : 2;
     const Index depth = x.cols(), full = depth / P * P;
-    const bool row_by_row = N == 1 && depth * static_cast<Index>(sizeof(T)) <= kShortRowBytes;
     const T* x_row[N];
     row_pointers(x, 0, x_row);
+    if constexpr (N == 1) {
+        if (depth * static_cast<Index>(sizeof(T)) <= kShortRowBytes) {
+            return one_row_dots_row_by_row<T>(x_row[0], w, out, j_begin, j_end, depth);
+        }
+    }
     const auto run = [&](auto rows, Index j) {
         constexpr int kRows = decltype(rows)::value;
         const T* w_row[kRows];
@@ -143,11 +152,7 @@ void few_rows_dot_rows(const X& x, const W& w, Out& out, Index j_begin, Index j_
         // The next group's row r, or (the last group) row r itself, already on its way.
         const Index next_group = (j + 2 * kRows <= j_end ? kRows : 0) * w.outerStride();
         const auto ahead = [&](int r, Index k) { return w_row[r] + next_group + k; };
-        if (row_by_row) {
-            accumulate_dots_row_by_row(x_row, w_row, 0, full, acc);
-        } else {
-            accumulate_dots(x_row, w_row, 0, full, ahead, acc);
-        }
+        accumulate_dots(x_row, w_row, 0, full, ahead, acc);
         store_dots(x_row, w_row, full, depth, acc, out, j);
     };
     Index j = j_begin;
@@ -242,10 +247,14 @@ void few_rows_linear(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, Mat
     // W rows per block: about 128 KB, which stays in L2 while every group of x rows uses it; a
     // multiple of 8 rows, so that only a call's last block has rows left over for the odd-row path.
     // A call of at most 8 x rows reads each block once, so only the wide groups' limit applies.
+    // One x row takes its features as one block: blocks of 48 rows left the last group of each
+    // asking for its own rows, not the next block's (docs/benchmarks.md, "One token, the features
+    // as one block").
     const Index row_bytes = std::max<Index>(1, x.cols() * static_cast<Index>(sizeof(T)));
-    const Index block = kFewRowsWideGroups && x.rows() <= 8
-                            ? kWideGroupBlock
-                            : std::max<Index>(8, (Index(128) << 10) / row_bytes / 8 * 8);
+    const Index shared_block = kFewRowsWideGroups && x.rows() <= 8
+                                   ? kWideGroupBlock
+                                   : std::max<Index>(8, (Index(128) << 10) / row_bytes / 8 * 8);
+    const Index block = x.rows() == 1 ? f_end - f_begin : shared_block;
     const Index group = kFewRowsWideGroups ? 8 : 4;
     for (Index b = f_begin; b < f_end; b += block) {
         const Index b_end = std::min(f_end, b + block);
