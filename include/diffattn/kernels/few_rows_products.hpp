@@ -105,6 +105,25 @@ inline constexpr bool kFewRowsReadBlocks =
     false;
 #endif
 
+/// Where the few-row products read `keys` in place in blocks from k_begin (kFewRowsReadBlocks, the
+/// keys blocked, k_begin a block's start): the logits of `rows` query rows against keys [k_begin,
+/// k_begin + count) (blocked_key_logits; row_at(i) gives query row i and where its logits go), and
+/// true. Else false, and nothing is computed. row_at is instantiated only where it is called.
+template <typename T, typename S, typename RowAt>
+bool blocked_key_logits_in_place(const KeyRows<S>& keys, Index k_begin, Index count, Index rows, const RowAt& row_at,
+                                 T scale) {
+#if defined(DIFFATTN_FEW_ROWS_AVX512)
+    if constexpr (kFewRowsReadBlocks<T, S>) {
+        if (keys.is_blocked() && k_begin % kKeyBlock == 0) {
+            blocked_key_logits(rows, row_at, keys.data() + k_begin * keys.cols(), count, keys.cols(), scale);
+            return true;
+        }
+    }
+#endif
+    (void)keys, (void)k_begin, (void)count, (void)rows, (void)row_at, (void)scale;
+    return false;
+}
+
 /// tile [rows x count] = scale * queries [rows x d] keys[k_begin, k_begin + count)^T for few query
 /// rows, the keys row-major or blocked (kernels/key_rows.hpp): read where they lie by the loops that
 /// read their scalar and layout (blocked: kFewRowsReadBlocks, from the start of a block), else
@@ -112,19 +131,12 @@ inline constexpr bool kFewRowsReadBlocks =
 template <typename Tile, typename Queries, typename T, typename S>
 void few_rows_key_logits(Tile&& tile, const Queries& queries, const KeyRows<S>& keys, Index k_begin, Index count,
                          T scale, RowMatrix<T>& key_tile) {
-#if defined(DIFFATTN_FEW_ROWS_AVX512)
-    if constexpr (kFewRowsReadBlocks<T, S>) {
-        if (keys.is_blocked() && k_begin % kKeyBlock == 0) {
-            static_assert(kRowMajor<Queries> && kRowMajor<std::decay_t<Tile>>, "row-major operands");
-            const auto row_at = [&](Index i) {
-                return std::pair<const float*, float*>(queries.data() + i * queries.outerStride(),
-                                                       tile.data() + i * tile.outerStride());
-            };
-            blocked_key_logits(queries.rows(), row_at, keys.data() + k_begin * keys.cols(), count, keys.cols(), scale);
-            return;
-        }
-    }
-#endif
+    const auto row_at = [&](auto i) {  // generic: compiled only where the keys are read in blocks
+        static_assert(kRowMajor<Queries> && kRowMajor<std::decay_t<Tile>>, "row-major operands");
+        return std::pair<const float*, float*>(queries.data() + i * queries.outerStride(),
+                                               tile.data() + i * tile.outerStride());
+    };
+    if (blocked_key_logits_in_place(keys, k_begin, count, queries.rows(), row_at, scale)) return;
     if constexpr (kFewRowsRead<T, S>) {
         if (!keys.is_blocked()) {
             return few_rows_logits(tile, queries, keys.row_major().middleRows(k_begin, count), scale);
@@ -139,22 +151,14 @@ void few_rows_key_logits(Tile&& tile, const Queries& queries, const KeyRows<S>& 
 template <typename Tile, typename Queries, typename T, typename S>
 void few_rows_key_logits_of_two(Tile&& tile1, const Queries& queries1, Tile&& tile2, const Queries& queries2,
                                 const KeyRows<S>& keys, Index k_begin, Index count, T scale, RowMatrix<T>& key_tile) {
-#if defined(DIFFATTN_FEW_ROWS_AVX512)
-    if constexpr (kFewRowsReadBlocks<T, S>) {
-        if (keys.is_blocked() && k_begin % kKeyBlock == 0) {
-            static_assert(kRowMajor<Queries> && kRowMajor<std::decay_t<Tile>>, "row-major operands");
-            const auto row_at = [&](Index i) {  // the two matrices' rows in turn: a block read once for both
-                const auto& queries = i % 2 == 0 ? queries1 : queries2;
-                auto& tile = i % 2 == 0 ? tile1 : tile2;
-                return std::pair<const float*, float*>(queries.data() + i / 2 * queries.outerStride(),
-                                                       tile.data() + i / 2 * tile.outerStride());
-            };
-            blocked_key_logits(2 * queries1.rows(), row_at, keys.data() + k_begin * keys.cols(), count, keys.cols(),
-                               scale);
-            return;
-        }
-    }
-#endif
+    const auto row_at = [&](auto i) {  // the two matrices' rows in turn: a block read once for both
+        static_assert(kRowMajor<Queries> && kRowMajor<std::decay_t<Tile>>, "row-major operands");
+        const auto& queries = i % 2 == 0 ? queries1 : queries2;
+        auto& tile = i % 2 == 0 ? tile1 : tile2;
+        return std::pair<const float*, float*>(queries.data() + i / 2 * queries.outerStride(),
+                                               tile.data() + i / 2 * tile.outerStride());
+    };
+    if (blocked_key_logits_in_place(keys, k_begin, count, 2 * queries1.rows(), row_at, scale)) return;
     few_rows_key_logits(tile1, queries1, keys, k_begin, count, scale, key_tile);
     few_rows_key_logits(tile2, queries2, keys, k_begin, count, scale, key_tile);
 }
