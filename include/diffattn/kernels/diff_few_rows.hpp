@@ -49,15 +49,13 @@ void keep_tile(const MapToKeep<T, Logits>& map, const Mask& mask, Index q_begin,
 template <typename S, typename T, typename Logits, std::size_t M, typename Mask>
 void keep_map_logits(const std::array<MapToKeep<T, Logits>, M>& maps, const Mask& mask, Index q_begin, Index q_rows,
                      BlockScratch<T>& scratch, KeyRange keys) {
-    const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
     for (const MapToKeep<T, Logits>& map : maps) {
         map.statistics.reset(q_rows, 0);
-        for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kFewRowsKeyTileOf<S>) {
-            const Index k_count = std::min(kFewRowsKeyTileOf<S>, visit_end - k_begin);
+        for_each_few_rows_tile<S>(mask, q_begin, q_rows, keys, [&](Index k_begin, Index k_count) {
             auto tile = scratch.few_rows_logits.topLeftCorner(q_rows, k_count);
             map.logits(q_begin, q_begin, k_begin, tile, nullptr, scratch.key_tile);
             keep_tile(map, mask, q_begin, k_begin, tile);
-        }
+        });
     }
 }
 
@@ -70,15 +68,13 @@ void keep_paired_map_logits(const MapToKeep<T, const DotProductLogits<T, S>>& ma
                             Index q_rows, BlockScratch<T>& scratch, KeyRange keys) {
     map1.statistics.reset(q_rows, 0);
     map2.statistics.reset(q_rows, 0);
-    const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
-    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kFewRowsKeyTileOf<S>) {
-        const Index k_count = std::min(kFewRowsKeyTileOf<S>, visit_end - k_begin);
+    for_each_few_rows_tile<S>(mask, q_begin, q_rows, keys, [&](Index k_begin, Index k_count) {
         auto tile1 = scratch.few_rows_logits.block(0, 0, q_rows, k_count);
         auto tile2 = scratch.few_rows_logits.block(q_rows, 0, q_rows, k_count);  // below it
         map1.logits.few_rows_tiles_with(map2.logits, q_begin, k_begin, tile1, tile2, scratch.key_tile);
         keep_tile(map1, mask, q_begin, k_begin, tile1);
         keep_tile(map2, mask, q_begin, k_begin, tile2);
-    }
+    });
 }
 
 /// A factor per query row, data[r * stride] (DIFF V2's gates), or 1 for every row (data null).
@@ -108,9 +104,7 @@ template <typename T, typename S, typename Mask, std::size_t M, typename Acc, ty
 void weigh_values(const std::array<KeptMap<T>, M>& maps, const Mask& mask, Index q_rows, const ConstMatrixRef<S>& v,
                   BlockScratch<T>& scratch, KeyRange keys, Acc&& acc, FirstMap first_map = nullptr) {
     constexpr bool kFirstMap = !std::is_same_v<FirstMap, std::nullptr_t>;
-    const Index visit_end = std::min(keys.end, block_visit_end(mask, 0, q_rows));
-    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kFewRowsKeyTileOf<S>) {
-        const Index k_count = std::min(kFewRowsKeyTileOf<S>, visit_end - k_begin);
+    for_each_few_rows_tile<S>(mask, 0, q_rows, keys, [&](Index k_begin, Index k_count) {
         const auto values = few_rows_operand<T>(v, k_begin, k_count, scratch.value_tile);
         auto weights = scratch.few_rows_logits.topLeftCorner(q_rows, k_count);
         auto first_weights = scratch.few_rows_logits.block(q_rows, 0, kFirstMap ? q_rows : 0, k_count);  // below them
@@ -149,7 +143,7 @@ void weigh_values(const std::array<KeptMap<T>, M>& maps, const Mask& mask, Index
             accumulate_visible_prefixes(mask, 0, k_begin, acc, weights, values);
             if constexpr (kFirstMap) accumulate_visible_prefixes(mask, 0, k_begin, first_map, first_weights, values);
         }
-    }
+    });
 }
 
 /// Pass 2 of a call of q_rows < kMinPackedRows rows, all of them: out = (sum over maps of their

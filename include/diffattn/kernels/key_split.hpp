@@ -33,6 +33,20 @@ void for_each_map(const std::tuple<Logits&...>& maps, F&& f) {
         maps);
 }
 
+/// Calls visit(k_begin, k_count) for each key tile of a call of few rows, in order: tiles of
+/// kFewRowsKeyTileOf<S> keys from keys.begin (the start of a run of key_runs<S>, or 0) to the end
+/// of the run or of the keys the rows [q_begin, q_begin + q_rows) see, whichever comes first. Every
+/// pass of a call walks its tiles here, so that the passes and the runs agree on them.
+template <typename S, typename Mask, typename Visit>
+void for_each_few_rows_tile(const Mask& mask, Index q_begin, Index q_rows, KeyRange keys, Visit&& visit) {
+    constexpr Index kTile = kFewRowsKeyTileOf<S>;
+    assert(keys.begin % kTile == 0);
+    const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
+    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kTile) {
+        visit(k_begin, std::min(kTile, visit_end - k_begin));
+    }
+}
+
 /// The online softmax of the maps of the same few query rows [q_begin, q_begin + q_rows)
 /// (q_rows < kMinPackedRows) over the keys [keys.begin, keys.end) they see, into states[m]: the maps
 /// (Logits policies, `maps` a std::tie of them, which may differ in type) take each key tile in
@@ -42,19 +56,16 @@ template <typename T, typename S, typename Mask, typename... Logits>
 void attend_few_rows(const std::tuple<Logits&...>& maps, const Mask& mask, Index q_begin, Index q_rows,
                      const ConstMatrixRef<S>& v, BlockScratch<T>& scratch,
                      OnlineSoftmaxState<T>* const (&states)[sizeof...(Logits)], KeyRange keys) {
-    constexpr Index kTile = kFewRowsKeyTileOf<S>;
-    assert(q_rows < kMinPackedRows && keys.begin % kTile == 0);
+    assert(q_rows < kMinPackedRows);
     for (OnlineSoftmaxState<T>* state : states) state->reset(q_rows, v.cols());
-    const Index visit_end = std::min(keys.end, block_visit_end(mask, q_begin, q_begin + q_rows));
-    for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kTile) {
-        const Index k_count = std::min(kTile, visit_end - k_begin);
+    for_each_few_rows_tile<S>(mask, q_begin, q_rows, keys, [&](Index k_begin, Index k_count) {
         const auto values = few_rows_operand<T>(v, k_begin, k_count, scratch.value_tile);  // read once for all the maps
         const LazyFinite<decltype(values)> values_finite(values);
         for_each_map(maps, [&](auto& map, std::size_t m) {
             fold_tile(map, mask, q_begin, 0, q_rows, k_begin, k_count, values, values_finite, scratch, *states[m],
                       static_cast<PackedTiles<T>*>(nullptr));
         });
-    }
+    });
 }
 
 /// The runs a call of few rows cuts the key tiles it sees (of `tile` keys) into: up to
