@@ -79,7 +79,7 @@ void integral_map_part(const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1,
     for (Index g = 0; g < query_group_count(rows); ++g) {
         const Index q_begin = g * kGroupRows, q_rows = query_group_rows(rows, g);
         const detail::A1Tiles<T, Mask> a1(logits1, mask, q_begin, map1[g].row_maxima(), map1[g].row_sums());
-        detail::IntegralLogits<T, Mask> logits(a1, column_sum, first_row);
+        detail::IntegralLogits<T, decltype(a1)> logits(a1, column_sum, first_row);
         detail::attend_block(logits, mask, q_begin, q_rows, v, scratch, scratch.states[2]);
         integral[g].merge(scratch.states[2]);
         progress();

@@ -8,6 +8,7 @@
 
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/dint_pipeline.hpp"
+#include "diffattn/kernels/kept_probabilities.hpp"
 #include "diffattn/kernels/online_softmax.hpp"
 #include "diffattn/kernels/tiling.hpp"
 
@@ -90,8 +91,8 @@ public:
     /// + O(seq_len_q / kQueryTile * value_dim) for DINT's mean modes
     /// + O(threads * kMinPackedRows * value_dim) for the key split of few rows; nothing grows as
     /// seq_len_q * seq_len_kv (no N x S buffer anywhere)
-    /// + O(3 * min(seq_len_q, kMinPackedRows) * seq_len_kv) for the logits that a call of few rows
-    /// keeps: DIFF's two maps (kernels/diff_few_rows.hpp), DINT causal_softmax's three
+    /// + O(3 * min(seq_len_q, kMinPackedRows) * seq_len_kv) for the probabilities that a call of few
+    /// rows keeps: DIFF's two maps (kernels/diff_few_rows.hpp), DINT causal_softmax's three
     /// (kernels/dint_few_rows.hpp).
     void reserve(Index seq_len_q, Index seq_len_kv, Index head_dim, Index value_dim, int threads = 1) {
         const Index t = std::max(threads, 1);
@@ -102,7 +103,9 @@ public:
         grow_to(running_row_sum_, value_dim);
         grow_to(running_row_error_, value_dim);
         grow_to(column_sum_, seq_len_kv);
-        grow_to(stored_logits_, kKeptMaps * std::min(seq_len_q, kMinPackedRows - 1) * seq_len_kv);
+        const Index kept_rows = kKeptMaps * std::min(seq_len_q, kMinPackedRows - 1);
+        grow_to(kept_probabilities_, kept_rows * seq_len_kv);
+        grow_to(kept_tile_maxima_, kept_rows * tiles_of(seq_len_kv, kKeyTile));  // the shortest few-row tiles
         if (t > 1) dint_pipeline_.reserve(seq_len_q, value_dim, t);
         // Key split of a call of few rows (kernels/key_split.hpp): up to three maps at once (DINT's
         // few rows: kernels/dint_few_rows.hpp), each in up to kKeySegmentsPerThread runs per thread.
@@ -130,15 +133,20 @@ public:
     /// A call of few rows on several threads: one state per map and run of keys
     /// [3 * kKeySegmentsPerThread * threads], each of up to kMinPackedRows rows.
     std::vector<OnlineSoftmaxState<T>>& key_split_parts() { return key_split_parts_; }
-    /// A call of few rows that keeps its logits: map `map`'s [rows x seq_len_kv] (row-major, rows <
-    /// kMinPackedRows, map < kKeptMaps).
-    Eigen::Map<RowMatrix<T>> stored_logits(Index rows, Index seq_len_kv, Index map = 0) {
-        assert(map < kKeptMaps && (map + 1) * rows * seq_len_kv <= stored_logits_.size());
-        return Eigen::Map<RowMatrix<T>>(stored_logits_.data() + map * rows * seq_len_kv, rows, seq_len_kv);
+    /// A call of few rows that keeps its probabilities (kernels/kept_probabilities.hpp): map `map`'s
+    /// [rows x seq_len_kv], in tiles of `tile` keys (rows < kMinPackedRows, map < kKeptMaps, tile a
+    /// multiple of kKeyTile).
+    detail::KeptProbabilities<T> kept_probabilities(Index rows, Index seq_len_kv, Index tile, Index map) {
+        const Index tiles = tiles_of(seq_len_kv, tile);
+        assert(map < kKeptMaps && tile % kKeyTile == 0 && (map + 1) * rows * seq_len_kv <= kept_probabilities_.size() &&
+               (map + 1) * rows * tiles <= kept_tile_maxima_.size());
+        return {Eigen::Map<RowMatrix<T>>(kept_probabilities_.data() + map * rows * seq_len_kv, rows, seq_len_kv),
+                Eigen::Map<RowMatrix<T>>(kept_tile_maxima_.data() + map * rows * tiles, tiles, rows), tile};
     }
 
 private:
-    static constexpr Index kKeptMaps = 3;  // the most maps whose logits a call of few rows keeps (DINT)
+    static constexpr Index kKeptMaps = 3;  // the most maps whose probabilities a call of few rows keeps (DINT)
+    static Index tiles_of(Index keys, Index tile) { return (keys + tile - 1) / tile; }
     std::vector<BlockScratch<T>> blocks_;
     RowMatrix<Accumulator<T>> block_row_sums_;
     RowMatrix<Accumulator<T>> block_row_compensation_;
@@ -147,7 +155,8 @@ private:
     Vector<T> column_sum_;
     DintPipeline<T> dint_pipeline_;
     std::vector<OnlineSoftmaxState<T>> key_split_parts_;
-    Vector<T> stored_logits_;
+    Vector<T> kept_probabilities_;
+    Vector<T> kept_tile_maxima_;
 };
 
 }  // namespace diffattn

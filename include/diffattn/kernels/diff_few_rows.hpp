@@ -6,12 +6,14 @@
 // and sum are known, the two maps fold into one weight per key, A1[r, j] - lambda A2[r, j]
 // (docs/math.md §2.2, the operator as written), and V is multiplied once. A call of fewer than
 // kMinPackedRows rows gets there in two passes that still read K1, K2 and V once each:
-//   1. s Q1 K1^T and s Q2 K2^T over K1 and K2, kept in the workspace (one scalar per row, key and
-//      map: 1/d of a key map's bytes) and folded into each map's row max and sum;
-//   2. one pass over V: each tile's weights from the kept logits and pass 1's statistics, times V.
+//   1. s Q1 K1^T and s Q2 K2^T over K1 and K2, folded into each map's row max and sum, and the
+//      probabilities of each tile as the fold left them kept in the workspace (one scalar per row,
+//      key and map, 1/d of a key map's bytes, and one per row and tile: kept_probabilities.hpp);
+//   2. one pass over V: each tile's weights from the kept probabilities rescaled to pass 1's final
+//      statistics (an exp per row and tile, not per key), times V.
 // Both passes split their keys over the threads (key_split.hpp); the second pass's runs simply add
-// up, their weights being final. Only the order of the sums changes, so results agree with the
-// grouped path within docs/math.md §7.
+// up, their weights being final. Only the order of the sums and a rounding of each weight change,
+// so results agree with the grouped path within docs/math.md §7.
 #pragma once
 
 #include "diffattn/kernels/key_split.hpp"
@@ -22,24 +24,25 @@
 
 namespace diffattn::detail {
 
-/// One map of pass 1: its logits policy, where its logits are kept ([q_rows x S], the call's rows
-/// in the same columns as their keys), and its row max and sum.
+/// One map of pass 1: its logits policy, where its probabilities are kept ([q_rows x S], the
+/// call's rows in the same columns as their keys), and its row max and sum.
 template <typename T, typename Logits>
 struct MapToKeep {
     Logits& logits;
-    Eigen::Map<RowMatrix<T>>& kept;
+    KeptProbabilities<T>& kept;
     OnlineSoftmaxState<T>& statistics;
 };
 
-/// Keeps the logits of one map's tile [q_rows x k_count] (rows padded, as fold() needs) in
-/// map.kept and folds them into its statistics (value width 0: only the row max and sum).
+/// Folds one map's tile of logits [q_rows x k_count] (rows padded, as fold() needs) into its
+/// statistics (value width 0: only the row max and sum) and keeps the probabilities the fold left
+/// in the tile, with the row maxima they are relative to, in map.kept.
 template <typename T, typename Logits, typename Mask, typename Tile>
 void keep_tile(const MapToKeep<T, Logits>& map, const Mask& mask, Index q_begin, Index k_begin, Tile& tile) {
     const Index k_count = tile.cols();
-    map.kept.middleCols(k_begin, k_count) = tile;
     const bool masked = k_begin + k_count > block_unmasked_end(mask, q_begin);
     map.statistics.fold(0, tile, masked,
                         [&](Index r) { return visible_keys_in_tile(mask, q_begin + r, k_begin, k_count); });
+    map.kept.keep(k_begin, tile, map.statistics);
 }
 
 /// Pass 1 over the keys [keys.begin, keys.end) the rows [q_begin, q_begin + q_rows) see, for each
@@ -85,12 +88,12 @@ struct RowFactors {
     T operator[](Index r) const { return data != nullptr ? data[r * stride] : T(1); }
 };
 
-/// One map's share of the combined weights: coefficient[r] exp(kept[r, j] - row max) for the keys
-/// a row sees, coefficient[r] = factor row_factors[r] / row sum (docs/math.md §2.2, 3.4). A row
-/// whose map saw no key (sum 0) adds nothing.
+/// One map's share of the combined weights: coefficient[r] exp(logit[r, j] - row max) for the keys
+/// a row sees, coefficient[r] = factor row_factors[r] / row sum (docs/math.md §2.2, 3.4), from the
+/// kept probabilities. A row whose map saw no key (sum 0) adds nothing.
 template <typename T>
 struct KeptMap {
-    const Eigen::Map<RowMatrix<T>>& logits;  ///< [rows x S]
+    const KeptProbabilities<T>& kept;         ///< [rows x S]
     const OnlineSoftmaxState<T>& statistics;  ///< its final row max and sum
     T factor;                                 ///< 1 for map 1; map 2: -lambda (DIFF), -1 (DIFF V2)
     RowFactors<T> row_factors;                ///< map 2 of DIFF V2: sigmoid(l) of each row
@@ -119,9 +122,9 @@ void weigh_values(const std::array<KeptMap<T>, M>& maps, const Mask& mask, Index
                 const KeptMap<T>& map = maps[m];
                 const T sum = map.statistics.row_sum(r);
                 if (n == 0 || sum == T(0)) continue;
-                const T coefficient = map.factor * map.row_factors[r] / sum;
-                const auto logits = map.logits.row(r).segment(k_begin, n).array();
-                const auto map_weights = coefficient * (logits - map.statistics.row_max(r)).exp();
+                const T coefficient = map.factor * map.row_factors[r] / sum *
+                                      map.kept.rescale(r, k_begin, map.statistics.row_max(r));
+                const auto map_weights = coefficient * map.kept.probabilities.row(r).segment(k_begin, n).array();
                 if constexpr (kFirstMap) {
                     if (m == 0) {
                         first_weights.row(r).head(n).array() = map_weights;
@@ -182,13 +185,14 @@ void multiply_values_once(const std::array<KeptMap<T>, M>& maps, const Mask& mas
 }
 
 /// Pass 1 of a call of q_rows < kMinPackedRows rows, all of them, over the keys of S = seq_len_kv:
-/// s Q1 K1^T and s Q2 K2^T kept in the workspace (stored_logits maps 0 and 1), their row max and
-/// sum in scratch.states[0] and [1], the keys split over `threads` threads, tile by tile.
+/// s Q1 K1^T and s Q2 K2^T folded into their row max and sum, in scratch.states[0] and [1], and
+/// their probabilities kept in the workspace (kept_probabilities maps 0 and 1), the keys split over
+/// `threads` threads, tile by tile.
 template <typename T, typename S, typename Mask>
 void keep_two_maps(const DotProductLogits<T, S>& logits1, const DotProductLogits<T, S>& logits2, const Mask& mask,
                    Index q_rows, Index seq_len_kv, int threads, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch) {
-    Eigen::Map<RowMatrix<T>> kept1 = ws.stored_logits(q_rows, seq_len_kv, 0);
-    Eigen::Map<RowMatrix<T>> kept2 = ws.stored_logits(q_rows, seq_len_kv, 1);
+    KeptProbabilities<T> kept1 = ws.kept_probabilities(q_rows, seq_len_kv, kFewRowsKeyTileOf<S>, 0);
+    KeptProbabilities<T> kept2 = ws.kept_probabilities(q_rows, seq_len_kv, kFewRowsKeyTileOf<S>, 1);
     using Map = MapToKeep<T, const DotProductLogits<T, S>>;
     const bool shared_keys = logits1.shares_key_tiles_with(logits2);
     fold_key_runs<2, S>(mask, 0, q_rows, threads, ws, scratch, {&scratch.states[0], &scratch.states[1]},
@@ -205,7 +209,7 @@ void keep_two_maps(const DotProductLogits<T, S>& logits1, const DotProductLogits
 /// out = (A1 - diag(factor2) A2) V for a call of q_rows < kMinPackedRows query rows, all of them
 /// (the file comment's two passes), on `threads` threads: factor2[r] = lambda for DIFF, row r's gate
 /// for DIFF V2 (lambda 1, `gates`; docs/math.md §3.4); the workspace reserved for q_rows x S (its
-/// stored_logits) and for the key split. Unless `first_map` is null it also gets O1 = A1 V
+/// kept_probabilities) and for the key split. Unless `first_map` is null it also gets O1 = A1 V
 /// [q_rows x dv] (DINT's mean modes, multiply_values_once).
 template <typename T, typename S, typename Mask, typename FirstMap = std::nullptr_t>
 void diff_few_rows(const DotProductLogits<T, S>& logits1, const DotProductLogits<T, S>& logits2, const Mask& mask,
@@ -214,8 +218,8 @@ void diff_few_rows(const DotProductLogits<T, S>& logits1, const DotProductLogits
                    FirstMap first_map = nullptr) {
     assert(q_rows < kMinPackedRows && q_rows == out.rows());
     keep_two_maps(logits1, logits2, mask, q_rows, v.rows(), threads, ws, scratch);
-    const Eigen::Map<RowMatrix<T>> kept1 = ws.stored_logits(q_rows, v.rows(), 0);
-    const Eigen::Map<RowMatrix<T>> kept2 = ws.stored_logits(q_rows, v.rows(), 1);
+    const KeptProbabilities<T> kept1 = ws.kept_probabilities(q_rows, v.rows(), kFewRowsKeyTileOf<S>, 0);
+    const KeptProbabilities<T> kept2 = ws.kept_probabilities(q_rows, v.rows(), kFewRowsKeyTileOf<S>, 1);
     const std::array<KeptMap<T>, 2> maps{KeptMap<T>{kept1, scratch.states[0], T(1), {}},
                                          KeptMap<T>{kept2, scratch.states[1], -lambda, gates}};
     multiply_values_once(maps, mask, q_rows, v, threads, ws, scratch, out, first_map);

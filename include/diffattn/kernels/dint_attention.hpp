@@ -100,7 +100,7 @@ void dint_softmax_integral(const DotProductLogits<T, S>& logits1, const DotProdu
     // q_begin, given map 1 of the group.
     const auto with_integral_logits = [&](Index q_begin, const OnlineSoftmaxState<T>& map1, auto&& run) {
         const A1Tiles<T, Mask, DotProductLogits<T, S>> a1(logits1, mask, q_begin, map1.row_maxima(), map1.row_sums());
-        IntegralLogits<T, Mask, DotProductLogits<T, S>> integral_logits(a1, column_sum, rows_before);
+        IntegralLogits<T, decltype(a1)> integral_logits(a1, column_sum, rows_before);
         run(integral_logits);
     };
 

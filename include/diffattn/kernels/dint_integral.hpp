@@ -17,9 +17,9 @@ namespace diffattn::detail {
 
 /// A1 tiles of the query rows [first_row, first_row + rows), rebuilt from map 1's final statistics
 /// of those rows: A1[n, j] = exp(s q1_n . k1_j - m_n) / l_n, and 0 where the mask hides key j from
-/// row n. The logits come from map 1's own policy Logits1 (same packing, same products, or the
-/// logits a few-rows call kept: StoredLogits), so a rebuilt tile matches the probabilities map 1
-/// normalised.
+/// row n. The logits come from map 1's own policy Logits1 (same packing, same products), so a
+/// rebuilt tile matches the probabilities map 1 normalised. (A call of few rows rebuilds A1 from
+/// what it kept instead: dint_few_rows.hpp's KeptA1Tiles.)
 template <typename T, typename Mask, typename Logits1 = DotProductLogits<T>>
 class A1Tiles {
 public:
@@ -70,11 +70,12 @@ private:
 /// group in order in the inner one, and the sums of one key tile depend only on that tile, so a
 /// whole group can run at once: each block finds the earlier blocks' rows already added to the
 /// tile's columns (a block that skips a tile wholly in its future would only have added zeros).
-/// It reads map 1's logits through A1Tiles, which packs Q1 and K1 as map 1 does.
-template <typename T, typename Mask, typename Logits1 = DotProductLogits<T>>
+/// It reads A1 through the policy A1 (A1Tiles, which packs Q1 and K1 as map 1 does, or the tiles a
+/// call of few rows rebuilds from what it kept: dint_few_rows.hpp).
+template <typename T, typename A1>
 class IntegralLogits {
 public:
-    IntegralLogits(const A1Tiles<T, Mask, Logits1>& a1, VectorRef<T> column_sum, Index rows_before)
+    IntegralLogits(const A1& a1, VectorRef<T> column_sum, Index rows_before)
         : a1_(a1), column_sum_(column_sum), rows_before_(rows_before) {}
 
     void pack_queries(Index q_begin, Index q_rows, PackedTiles<T>& packed) const {
@@ -97,7 +98,7 @@ public:
     }
 
 private:
-    const A1Tiles<T, Mask, Logits1>& a1_;
+    const A1& a1_;
     VectorRef<T> column_sum_;  // [S] column sums of A1 over all rows so far
     Index rows_before_;        // query rows of earlier calls (the cache)
 };
