@@ -99,6 +99,17 @@ TEMPLATE_TEST_CASE("diff_attention: heads are column blocks of wider matrices, o
     check_spec7<T>("middle head", got, plain, oracle, case_error_bound<T>(c, 2));
 }
 
+TEMPLATE_TEST_CASE("diff_attention decode calls whose row max moves far between key tiles: docs/math.md §7",
+                   "[kernels][diff_attention][threads][decode]", float, double) {
+    // A call of few rows keeps each tile's probabilities against the row's max after that tile and
+    // rescales them to the final max (kernels/kept_probabilities.hpp).
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    for_each_key_ramp_case<T>(rng, [&](const KernelCase& c, AttentionWorkspace<T>* workspace) {
+        check_diff_case<T>(rng, c, workspace);
+    });
+}
+
 TEMPLATE_TEST_CASE("diff_attention decode calls: N < kMinPackedRows, keys split over 1, 2 and 3 threads, "
                    "docs/math.md §7",
                    "[kernels][diff_attention][threads][decode]", float, double) {

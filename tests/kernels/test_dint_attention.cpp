@@ -413,6 +413,17 @@ TEMPLATE_TEST_CASE("dint_attention causal_softmax through its multi-thread pipel
     }
 }
 
+TEMPLATE_TEST_CASE("dint_attention decode calls whose row max moves far between key tiles: docs/math.md §7 in every "
+                   "mode",
+                   "[kernels][dint_attention][threads][decode]", float, double) {
+    // causal_softmax rebuilds A1 from map 1's kept probabilities (dint_few_rows.hpp, KeptA1Tiles).
+    using T = TestType;
+    DIFFATTN_TEST_RNG(rng);
+    for_each_key_ramp_case<T>(rng, [&](const KernelCase& c, AttentionWorkspace<T>* workspace) {
+        for (DintIntegral integral : kDintIntegrals) check_dint_case<T>(rng, c, integral, workspace);
+    });
+}
+
 TEMPLATE_TEST_CASE("dint_attention decode calls: N < kMinPackedRows, keys split over 1, 2 and 3 threads, "
                    "docs/math.md §7 in every mode, with the history of a KV cache",
                    "[kernels][dint_attention][threads][decode]", float, double) {

@@ -219,6 +219,13 @@ struct KernelCase {
     std::optional<Index> valid_len;
     std::optional<double> scale;
     int threads = 1;       // AttentionOptions::threads (query blocks on several threads)
+    /// Key rows scaled by a ramp over the keys (random_diff_inputs): > 0, key j by 1 + ramp j / (S - 1),
+    /// so a row's running max rises from key tile to key tile; < 0, the same ramp from the last key
+    /// to the first, so the first tiles hold the max. 0: keys in [-1, 1].
+    double key_ramp = 0;
+
+    /// The largest factor of the ramp: keys lie in [-key_magnitude(), key_magnitude()].
+    double key_magnitude() const { return 1 + std::abs(key_ramp); }
 
     AttentionOptions options() const {
         AttentionOptions o;
@@ -236,16 +243,17 @@ struct KernelCase {
         if (valid_len) s << " valid_len=" << *valid_len;
         if (scale) s << " scale=" << *scale;
         if (threads != 1) s << " threads=" << threads;
+        if (key_ramp != 0) s << " key_ramp=" << key_ramp;
         return s.str();
     }
 };
 
 /// forward_error_bound for a kernel that combines `maps` attention maps of the case's shape, with
-/// inputs in [-1, 1] (so logits of at most scale * d).
+/// inputs in [-1, 1] but for the keys' ramp (so logits of at most scale * d * key_magnitude()).
 template <typename T>
 long double case_error_bound(const KernelCase& c, int maps) {
     const double scale = c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
-    return maps * forward_error_bound<T>(c.head_dim, c.seq_len_kv, scale * c.head_dim, 1);
+    return maps * forward_error_bound<T>(c.head_dim, c.seq_len_kv, scale * c.head_dim * c.key_magnitude(), 1);
 }
 
 /// DINT's integral modes (docs/math.md §2.3), and those valid under a causal mask.
@@ -322,6 +330,31 @@ void for_each_decode_case(std::mt19937& rng, int count, Check&& check) {
             c.threads = threads;
             INFO(c.describe());
             check(c, threads == 2 ? &workspace : nullptr);
+        }
+    }
+}
+
+/// Decode calls (N < kMinPackedRows) over three of their key tiles (two in debug builds; the last
+/// one short), with the keys ramped up and down (KernelCase::key_ramp) so that a row's max moves
+/// far between tiles, both masks, on 1, 2 and 3 threads: check(case, workspace or nullptr).
+template <typename T, typename Check>
+void for_each_key_ramp_case(std::mt19937& rng, Check&& check) {
+    AttentionWorkspace<T> workspace;
+    for (double ramp : {8.0, -8.0}) {
+        for (Index n : {Index{1}, kMinPackedRows - 2}) {
+            if (kDebugCostDivisor > 1 && n > 1) continue;  // the references' S x S maps cost too much there
+            KernelCase c;
+            c.seq_len_q = n;
+            c.seq_len_kv = (kDebugCostDivisor > 1 ? 1 : 2) * kFewRowsKeyTile + 37;
+            c.head_dim = uniform_index(rng, 8, 64);
+            c.value_dim = uniform_index(rng, 1, 80);
+            c.key_ramp = ramp;
+            c.mask = n > 1 ? MaskKind::causal : MaskKind::none;
+            for (int threads : {1, 2, 3}) {
+                c.threads = threads;
+                INFO(c.describe());
+                check(c, threads == 2 ? &workspace : nullptr);
+            }
         }
     }
 }
@@ -420,6 +453,15 @@ DiffInputs<T> random_diff_inputs(std::mt19937& rng, const KernelCase& c) {
     in.q2 = in.q2_all.bottomRows(c.seq_len_q);
     in.k1 = random_matrix<T>(rng, c.seq_len_kv, c.head_dim);
     in.k2 = random_matrix<T>(rng, c.seq_len_kv, c.head_dim);
+    if (c.key_ramp != 0) {
+        const double last = static_cast<double>(std::max<Index>(c.seq_len_kv - 1, 1));
+        for (Index j = 0; j < c.seq_len_kv; ++j) {
+            const double position = c.key_ramp > 0 ? static_cast<double>(j) : last - static_cast<double>(j);
+            const T factor = static_cast<T>(1 + std::abs(c.key_ramp) * position / last);
+            in.k1.row(j) *= factor;
+            in.k2.row(j) *= factor;
+        }
+    }
     in.v = random_matrix<T>(rng, c.seq_len_kv, c.value_dim);
     in.lambda = static_cast<T>(std::uniform_real_distribution<double>(0.1, 0.9)(rng));
     return in;
