@@ -120,10 +120,8 @@ void weigh_values(const std::array<KeptMap<T>, M>& maps, const Mask& mask, Index
             if constexpr (kFirstMap) first_weights.row(r).setZero();
             for (std::size_t m = 0; m < M; ++m) {
                 const KeptMap<T>& map = maps[m];
-                const T sum = map.statistics.row_sum(r);
-                if (n == 0 || sum == T(0)) continue;
-                const T coefficient = map.factor * map.row_factors[r] / sum *
-                                      map.kept.rescale(r, k_begin, map.statistics.row_max(r));
+                if (n == 0) continue;
+                const T coefficient = map.factor * map.row_factors[r] * map.kept.normalizer(r, k_begin, map.statistics);
                 const auto map_weights = coefficient * map.kept.probabilities.row(r).segment(k_begin, n).array();
                 if constexpr (kFirstMap) {
                     if (m == 0) {

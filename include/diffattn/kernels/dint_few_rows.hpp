@@ -38,13 +38,10 @@ public:
         for (Index r = 0; r < tile.rows(); ++r) {
             auto row = tile.row(r);
             const Index visible = visible_keys_in_tile(mask_, r, k_begin, keys);
-            const T sum = statistics_.row_sum(r);
-            if (visible == 0 || sum == T(0)) {
-                row.setZero();
-                continue;
+            if (visible > 0) {
+                row.head(visible) = kept_.normalizer(r, k_begin, statistics_) *
+                                    kept_.probabilities.row(r).segment(k_begin, visible);
             }
-            const T coefficient = kept_.rescale(r, k_begin, statistics_.row_max(r)) / sum;
-            row.head(visible) = coefficient * kept_.probabilities.row(r).segment(k_begin, visible);
             row.tail(keys - visible).setZero();
         }
     }

@@ -35,10 +35,12 @@ struct KeptProbabilities {
         tile_maxima.row(k_begin / tile) = statistics.row_maxima().transpose();
     }
 
-    /// exp(m_t - final_max) of row r in the tile from k_begin: what turns its kept probabilities
-    /// into exp(logit - final_max). For a row that saw some key of the tile.
-    T rescale(Index r, Index k_begin, T final_max) const {
-        return std::exp(tile_maxima(k_begin / tile, r) - final_max);
+    /// exp(m_t - m) / l for row r in the tile from k_begin, m and l the row's final max and sum in
+    /// `statistics`: what turns its kept probabilities into the map's A[r, j] = exp(logit - m) / l.
+    /// 0 for a row that saw no key (l = 0), whose kept probabilities are all 0.
+    T normalizer(Index r, Index k_begin, const OnlineSoftmaxState<T>& statistics) const {
+        const T sum = statistics.row_sum(r);
+        return sum == T(0) ? T(0) : std::exp(tile_maxima(k_begin / tile, r) - statistics.row_max(r)) / sum;
     }
 };
 
