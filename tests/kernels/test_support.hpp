@@ -308,6 +308,17 @@ inline std::optional<Index> random_valid_len(std::mt19937& rng, Index seq_len_q,
     }
 }
 
+/// Runs check(case, workspace) on `c` with 1, 2 and 3 threads: with 2, `workspace` (reused across
+/// calls of every size: it grows to the most threads), else none.
+template <typename T, typename Check>
+void check_on_1_to_3_threads(KernelCase c, AttentionWorkspace<T>& workspace, Check& check) {
+    for (int threads : {1, 2, 3}) {
+        c.threads = threads;
+        INFO(c.describe());
+        check(c, threads == 2 ? &workspace : nullptr);
+    }
+}
+
 /// Runs check(case, workspace) on random decode calls (docs/math.md §6): fewer than
 /// kMinPackedRows query rows after a KV cache of 0 to just past 2 of their longest key tiles
 /// (kFewRowsKeyTile: 3 tiles, and 9 of the half caches' shorter ones; the DINT references cost S^2),
@@ -326,11 +337,7 @@ void for_each_decode_case(std::mt19937& rng, int count, Check&& check) {
         c.value_dim = uniform_index(rng, 1, 80);
         c.mask = i % 3 == 2 ? MaskKind::none : MaskKind::causal;
         if (i % 5 == 4) c.valid_len = random_valid_len(rng, c.seq_len_q, c.seq_len_kv);
-        for (int threads : {1, 2, 3}) {
-            c.threads = threads;
-            INFO(c.describe());
-            check(c, threads == 2 ? &workspace : nullptr);
-        }
+        check_on_1_to_3_threads(c, workspace, check);
     }
 }
 
@@ -350,11 +357,7 @@ void for_each_key_ramp_case(std::mt19937& rng, Check&& check) {
             c.value_dim = uniform_index(rng, 1, 80);
             c.key_ramp = ramp;
             c.mask = n > 1 ? MaskKind::causal : MaskKind::none;
-            for (int threads : {1, 2, 3}) {
-                c.threads = threads;
-                INFO(c.describe());
-                check(c, threads == 2 ? &workspace : nullptr);
-            }
+            check_on_1_to_3_threads(c, workspace, check);
         }
     }
 }
