@@ -54,6 +54,12 @@ inline Matrix random_matrix(Index rows, Index cols, unsigned seed, float scale =
     return m;
 }
 
+/// The median of v (the upper one of an even count); v is reordered.
+inline double median(std::vector<double>& v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+}
+
 inline double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -64,6 +70,32 @@ double time_call(F&& f) {
     const auto start = Clock::now();
     f();
     return seconds_since(start);
+}
+
+/// Times `calls` in turns, one round per iteration of `state`, each call alone, the order of a
+/// round alternating (forward, then backward), so that every call meets the same machine as the
+/// others of its round: load from other tenants of a shared host comes and goes over seconds,
+/// while benchmarks of their own run a minute apart. After each call, untimed, after(c, seconds)
+/// (a yardstick read, bench_decode's decode_paired). Returns seconds[c][round].
+template <typename Call, typename After>
+std::vector<std::vector<double>> time_in_turns(benchmark::State& state, const std::vector<Call>& calls, After&& after) {
+    const std::size_t count = calls.size();
+    std::vector<std::vector<double>> seconds(count);
+    bool forward = true;
+    for (auto _ : state) {
+        for (std::size_t i = 0; i < count; ++i) {
+            const std::size_t c = forward ? i : count - 1 - i;
+            seconds[c].push_back(time_call(calls[c]));
+            after(c, seconds[c].back());
+        }
+        forward = !forward;
+    }
+    return seconds;
+}
+
+template <typename Call>
+std::vector<std::vector<double>> time_in_turns(benchmark::State& state, const std::vector<Call>& calls) {
+    return time_in_turns(state, calls, [](std::size_t, double) {});
 }
 
 /// Useful flops of one attention map: QK^T (2 N S d) + PV (2 N S dv), S = N, causal counted half.

@@ -231,39 +231,37 @@ void run_pair(benchmark::State& state, const Side& first, const Side& second, bo
         calls.push_back(make({first.c, Side::Source::fma}));
         calls.push_back(make({second.c, Side::Source::fma}));
     }
-    for (const auto& call : calls) call.first();  // warm-up
+    std::vector<std::function<void()>> bodies;
+    for (const auto& call : calls) {
+        call.first();  // warm-up
+        bodies.push_back(call.first);
+    }
     const std::size_t count = calls.size();
-    std::vector<double> seconds(count), best(count, std::numeric_limits<double>::infinity());
+    const std::vector<std::vector<double>> times = bench::time_in_turns(state, bodies);
     // Time per flop of call `a` over call `a + 1`'s.
     const auto ratio_of = [&](const std::vector<double>& t, std::size_t a) {
         return (t[a] / calls[a].second) / (t[a + 1] / calls[a + 1].second);
     };
+    std::vector<double> seconds(count), best(count, std::numeric_limits<double>::infinity());
     std::vector<double> ratios, gauge_ratios, vs_gauge;
-    bool forward = true;
-    for (auto _ : state) {
-        for (std::size_t i = 0; i < count; ++i) {
-            const std::size_t c = forward ? i : count - 1 - i;
-            seconds[c] = bench::time_call(calls[c].first);
+    for (std::size_t round = 0; round < times[0].size(); ++round) {
+        for (std::size_t c = 0; c < count; ++c) {
+            seconds[c] = times[c][round];
             best[c] = std::min(best[c], seconds[c]);
         }
-        forward = !forward;
         ratios.push_back(ratio_of(seconds, 0));
         if (gauge) {
             gauge_ratios.push_back(ratio_of(seconds, 2));
             vs_gauge.push_back(ratios.back() / gauge_ratios.back());
         }
     }
-    const auto median = [](std::vector<double>& v) {
-        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-        return v[v.size() / 2];
-    };
-    state.counters["ratio"] = median(ratios);
+    state.counters["ratio"] = bench::median(ratios);
     state.counters["ratio_best"] = ratio_of(best, 0);
     state.counters["pairs"] = double(ratios.size());
     if (gauge) {
-        state.counters["gauge"] = median(gauge_ratios);
+        state.counters["gauge"] = bench::median(gauge_ratios);
         state.counters["gauge_best"] = ratio_of(best, 2);
-        state.counters["ratio_vs_gauge"] = median(vs_gauge);
+        state.counters["ratio_vs_gauge"] = bench::median(vs_gauge);
         state.counters["ratio_vs_gauge_best"] = ratio_of(best, 0) / ratio_of(best, 2);
     }
 }
