@@ -330,19 +330,24 @@ inline double stream_buffer_huge_page_share() {
     return std::min(1.0, huge_bytes / static_cast<double>(kStreamBytes));
 }
 
-/// One streaming read of the whole buffer on `threads` threads (equal parts): its sum.
-double stream_sum(int threads) {
-    const float* buffer = stream_buffer();
-    const diffattn::Index parts = threads, size = static_cast<Index>(kStreamBytes / sizeof(float));
-    const diffattn::Index part = (size + parts - 1) / parts;
+/// One streaming read of the buffer's floats [offset, offset + count) on `threads` threads (equal
+/// parts): their sum.
+double stream_sum(int threads, diffattn::Index offset, diffattn::Index count) {
+    const float* buffer = stream_buffer() + offset;
+    const diffattn::Index parts = threads, part = (count + parts - 1) / parts;
     std::vector<double> sums(static_cast<std::size_t>(parts), 0.0);
     diffattn::detail::parallel_for(parts, threads, diffattn::detail::Schedule::equal_tasks, [&](diffattn::Index p, int) {
-        const diffattn::Index begin = p * part, count = std::min(part, size - begin);
-        sums[static_cast<std::size_t>(p)] = Eigen::Map<const Eigen::VectorXf>(buffer + begin, count).sum();
+        const diffattn::Index begin = p * part, n = std::min(part, count - begin);
+        sums[static_cast<std::size_t>(p)] = Eigen::Map<const Eigen::VectorXf>(buffer + begin, n).sum();
     });
     double total = 0;
     for (double x : sums) total += x;
     return total;
+}
+
+/// One streaming read of the whole buffer on `threads` threads (equal parts): its sum.
+double stream_sum(int threads) {
+    return stream_sum(threads, 0, static_cast<diffattn::Index>(kStreamBytes / sizeof(float)));
 }
 
 /// Read bandwidth in bytes/s on `threads` threads, measured now: the best of 3 streaming reads
@@ -380,6 +385,26 @@ public:
 private:
     int threads_;
     double before_;
+};
+
+/// The yardstick read beside each timed step, where a benchmark pairs them one by one (bench_decode's
+/// decode_paired): the buffer in kStreamSlices slices of 128 MB, each read in turn, so that one
+/// read also evicts the step before it from any last-level cache up to 128 MB.
+class StreamSlices {
+public:
+    static constexpr int kStreamSlices = 4;
+    explicit StreamSlices(int threads) : threads_(threads) { stream_sum(threads); }  // pages and team warm
+    /// Reads the next slice on the threads: its bandwidth in bytes/s.
+    double read_next() {
+        const auto floats = static_cast<diffattn::Index>(kStreamBytes / sizeof(float) / kStreamSlices);
+        const auto start = Clock::now();
+        benchmark::DoNotOptimize(stream_sum(threads_, (next_++ % kStreamSlices) * floats, floats));
+        return static_cast<double>(floats) * sizeof(float) / seconds_since(start);
+    }
+
+private:
+    int threads_;
+    int next_ = 0;
 };
 
 /// Registers stream_read/threads:<T> for T = 1, 2, the yardstick shown beside a decode program's

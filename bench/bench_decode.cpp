@@ -24,6 +24,25 @@
 //                                         model's one-row step. roofline_share: the cache's bytes
 //                                         over the time, against the same yardstick; beside
 //                                         decode_cached it tells the kernels' share from the step's.
+//   decode_paired/kind:<k>/context:<C>/threads:<T>  (contexts >= 8192: issue 20's f16 target;
+//                                         --quick: 1024) the model with an f32 and an f16 cache,
+//                                         both prefilled, decoding in turns: each iteration one
+//                                         token with each (which goes first alternates), each step
+//                                         timed alone and followed by a read of the next 128 MB
+//                                         slice of the yardstick's buffer (bench::StreamSlices),
+//                                         which also evicts the step from the last-level cache.
+//                                         Other load on a shared host comes and goes over seconds:
+//                                         the steps of one iteration and the reads around them meet
+//                                         the same host, so their ratios keep what two benchmarks
+//                                         run a minute apart lose. Counters: f16_over_f32, the
+//                                         median over the iterations of the f32 step's time over
+//                                         the f16 step's (the f16 cache's tokens/s over the f32's);
+//                                         f16_over_f32_bound, the f32 step_bytes over the f16's
+//                                         (the ratio two steps at the same share of the roofline
+//                                         would give); f32_share and f16_share, the medians of each
+//                                         step's step_bytes / time over the higher of the reads
+//                                         before and after it; f32_tokens/s and f16_tokens/s;
+//                                         stream_GB/s, the median read.
 //   decode_recompute/kind:<k>/context:<C>/threads:<T>  each iteration runs the full forward over
 //                                         context + 1 tokens, which is what producing one token
 //                                         costs without a cache; one iteration (8192 takes seconds).
@@ -56,6 +75,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -226,6 +246,60 @@ void BM_decode_heads(benchmark::State& state, int kind, Index context, int threa
     state.SetLabel(kKinds[kind].name);
 }
 
+/// decode_paired (the file comment): the kind's model decoding with an f32 and an f16 cache in
+/// turns, each step timed alone right after a read of the next yardstick slice.
+void BM_decode_paired(benchmark::State& state, int kind, Index context, int threads) {
+    const DecoderModel<float>& model = bench_model(kind);
+    const std::vector<Token> prompt = bench_tokens(context, model.config().vocab_size);
+    ForwardState<float> state_buffers = model.make_state(context, threads);
+    struct Side {
+        KvCache<float> cache;
+        double bytes;  // step_bytes at the mid-run context
+        std::vector<Token> next{1};
+        std::vector<double> shares;
+    };
+    const auto side_of = [&](KvPrecision precision) {
+        return Side{model.make_cache(context + kDecodeSteps, precision),
+                    step_bytes(model, context + kDecodeSteps / 2, precision)};
+    };
+    Side sides[2] = {side_of(KvPrecision::f32), side_of(KvPrecision::f16)};
+    std::vector<std::function<void()>> steps;
+    for (Side& side : sides) {
+        model.forward(prompt, state_buffers, &side.cache);  // prefill, not timed
+        steps.push_back([&state, &model, &state_buffers, s = &side] {
+            if (s->cache.remaining() == 0) state.SkipWithError("cache full: run with the fixed iteration count");
+            const ConstMatrixRef<float> logits = model.forward(s->next, state_buffers, &s->cache);
+            Index best = 0;
+            logits.row(0).maxCoeff(&best);  // greedy: the next token
+            s->next.front() = static_cast<Token>(best);
+        });
+    }
+    bench::StreamSlices yardstick(threads);
+    std::vector<double> bandwidths = {yardstick.read_next()};
+    const auto seconds = bench::time_in_turns(state, steps, [&](std::size_t c, double step_seconds) {
+        // A step is held against the higher of the reads just before and after it (StreamYardstick).
+        const double before = bandwidths.back();
+        bandwidths.push_back(yardstick.read_next());
+        sides[c].shares.push_back(sides[c].bytes / step_seconds / std::max(before, bandwidths.back()));
+    });
+    std::vector<double> speedups;
+    for (std::size_t i = 0; i < seconds[0].size(); ++i) speedups.push_back(seconds[0][i] / seconds[1][i]);
+    const auto tokens_per_second = [](const std::vector<double>& times) {
+        double total = 0;
+        for (double t : times) total += t;
+        return static_cast<double>(times.size()) / total;
+    };
+    state.counters["context"] = static_cast<double>(context);
+    state.counters["f32_tokens/s"] = tokens_per_second(seconds[0]);
+    state.counters["f16_tokens/s"] = tokens_per_second(seconds[1]);
+    state.counters["f32_share"] = bench::median(sides[0].shares);
+    state.counters["f16_share"] = bench::median(sides[1].shares);
+    state.counters["f16_over_f32"] = bench::median(speedups);
+    state.counters["f16_over_f32_bound"] = sides[0].bytes / sides[1].bytes;
+    state.counters["stream_GB/s"] = bench::median(bandwidths) / 1e9;
+    state.SetLabel(kKinds[kind].name);
+}
+
 void BM_decode_recompute(benchmark::State& state, int kind, Index context, int threads) {
     const DecoderModel<float>& model = bench_model(kind);
     std::vector<Token> tokens = bench_tokens(context + 1, model.config().vocab_size);
@@ -244,17 +318,20 @@ void register_all(const bench::BenchArgs& args, bool long_contexts) {
     bench::register_stream_read();
     std::vector<Index> contexts = args.quick ? std::vector<Index>{256, 1024} : std::vector<Index>{2048, 8192};
     if (long_contexts && !args.quick) contexts.push_back(32768);
-    for (const char* family : {"decode_cached", "decode_heads", "decode_recompute"}) {
+    for (const char* family : {"decode_cached", "decode_heads", "decode_paired", "decode_recompute"}) {
         const bool cached = std::string(family) == "decode_cached";
         const bool heads = std::string(family) == "decode_heads";
+        const bool paired = std::string(family) == "decode_paired";
         for (int kind = 0; kind < kKindCount; ++kind) {
-            if (!cached && !heads && kind > 1) continue;  // the recompute yardstick: dint and diff
+            if (!cached && !heads && !paired && kind > 1) continue;  // the recompute yardstick: dint and diff
             const AttentionKind attention = kKinds[kind].attention;
             if (heads && attention != AttentionKind::diff && attention != AttentionKind::softmax) continue;
           for (const KvPrecision precision : {KvPrecision::f32, KvPrecision::f16, KvPrecision::bf16}) {
             if (!cached && precision != KvPrecision::f32) continue;  // only decode_cached: half precision
             for (Index context : contexts) {
                 if (!args.fits(context)) continue;
+                // decode_paired: issue 20's f16 target is at contexts >= 8192 (--quick: its largest)
+                if (paired && context < (args.quick ? contexts.back() : 8192)) continue;
                 for (int threads : {1, 2}) {
                     bench::Name name(family);
                     name("kind", kKinds[kind].name);
@@ -266,13 +343,15 @@ void register_all(const bench::BenchArgs& args, bool long_contexts) {
                                                          BM_decode_cached(s, kind, context, threads, precision);
                                                      } else if (heads) {
                                                          BM_decode_heads(s, kind, context, threads);
+                                                     } else if (paired) {
+                                                         BM_decode_paired(s, kind, context, threads);
                                                      } else {
                                                          BM_decode_recompute(s, kind, context, threads);
                                                      }
                                                  })
                         ->UseRealTime()
                         ->Unit(benchmark::kMillisecond)
-                        ->Iterations(cached || heads ? kDecodeSteps : 1);
+                        ->Iterations(cached || heads || paired ? kDecodeSteps : 1);
                 }
             }
           }

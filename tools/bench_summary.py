@@ -10,7 +10,8 @@ The goals (docs/benchmarks.md says how each figure is measured):
   - DINT over DIFF, time: causal_mean <= 1.05, global_mean <= 1.05, causal_softmax <= 2.5
   - the headline kernels' 2-thread speed-up over the FMA gauge's in the same rounds: >= 0.925
     (1.85x on a machine whose second core gives 2x)
-  - decode tokens/s with the KV cache and its share of the memory roofline (reported, no limit)
+  - decode tokens/s with the KV cache and its share of the memory roofline (reported, no limit);
+    with an f32 and an f16 cache in turns (decode_paired), the shares and the f16 cache's speed-up
   - peak extra heap of the long-context DINT forward: < 16 MB
 Each goal in three readings where the run has them: "typical" (each benchmark's mean time),
 "best" (its fastest call) and "pairs" (bench_kernels' pair/... benchmarks, whose two sides
@@ -250,6 +251,20 @@ def decode_table(records):
     return t
 
 
+def paired_decode_table(records):
+    """bench_decode's decode_paired: an f32 and an f16 cache decoding in turns (issue 20's f16 target)."""
+    paired = [r for r in records if r.family == "decode_paired"]
+    t = Table("Decode, f32 and f16 caches in turns (small model)",
+              ["f32 share", "f16 share", "f16 / f32 tok/s", "bound", "f32 tok/s", "f16 tok/s"],
+              "medians over the steps; bound: the f32 step's bytes over the f16 step's")
+    for r in sorted(paired, key=lambda r: (r.params["kind"], r.params["context"], r.params["threads"])):
+        figures = [("f32_share", "%.2f"), ("f16_share", "%.2f"), ("f16_over_f32", "%.2f"),
+                   ("f16_over_f32_bound", "%.2f"), ("f32_tokens/s", "%.1f"), ("f16_tokens/s", "%.1f")]
+        t.add("%s context %d, %d thr" % (r.params["kind"], r.params["context"], r.params["threads"]),
+              [None if r.get(name) is None else fmt % r.get(name) for name, fmt in figures])
+    return t
+
+
 def memory_table(records):
     mb = 1048576.0
     t = Table("Peak extra memory, one-head DINT forward", ["N", "d", "peak extra heap", "maxrss delta", "limit", "s"],
@@ -302,7 +317,7 @@ def main(argv=None):
     print(head)
     print()
     for table in (goals_table(records), goals_per_n(records), pairs_per_n(records), decode_table(records),
-                  memory_table(records), other_table(records)):
+                  paired_decode_table(records), memory_table(records), other_table(records)):
         text = table.render(args.markdown)
         if text:
             print(text)
