@@ -13,6 +13,12 @@
 //                               B sequences, each with its own cache holding C tokens (one prefill,
 //                               copied B times, outside the timing); each iteration is one
 //                               forward_batch step feeding one token to every sequence.
+//   batched_paired/batch:8/context:<C>/threads:<T>
+//                               issue 20's ratio in one loop: a step of 8 sequences and a step of
+//                               one in turns (bench::time_in_turns), each timed alone, so both meet
+//                               the same host; batch_over_single, the median over the iterations of
+//                               8 x the single step's time over the batch step's (the batch's
+//                               tokens/s over one sequence's); batch_tokens/s and single_tokens/s.
 //   linear/rows:<N>/threads:<T> the decode-time projection y = x W^T (layers/linear.hpp) of N
 //                               tokens by a weight of a 7B model's SwiGLU, [11008 x 4096] (180 MB:
 //                               past every cache, so it streams from memory).
@@ -34,6 +40,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -99,26 +106,43 @@ double step_flops(const DecoderModel<float>& model, Index batch, Index context) 
     return 2.0 * static_cast<double>(batch) * (products + heads);
 }
 
+/// B sequences decoding together, each with its own copy of the prefilled cache at `context`.
+class Batch {
+public:
+    Batch(Index batch, Index context, int threads)
+        : caches_(static_cast<std::size_t>(batch), prefilled(context)),
+          buffers_(bench_model().make_state(batch, threads)),
+          logits_(batch, bench_model().config().vocab_size),
+          next_(static_cast<std::size_t>(batch), 1) {
+        for (KvCache<float>& cache : caches_) pointers_.push_back(&cache);
+    }
+
+    /// One forward_batch step: a token into every sequence, and each one's next token (greedy).
+    void step(benchmark::State& state) {
+        if (caches_.front().remaining() == 0) state.SkipWithError("cache full: run with the fixed iteration count");
+        bench_model().forward_batch(next_, pointers_, buffers_, logits_);
+        for (std::size_t b = 0; b < next_.size(); ++b) {
+            Index best = 0;
+            logits_.row(static_cast<Index>(b)).maxCoeff(&best);
+            next_[b] = static_cast<Token>(best);
+        }
+        benchmark::DoNotOptimize(next_.data());
+    }
+
+private:
+    std::vector<KvCache<float>> caches_;
+    std::vector<KvCache<float>*> pointers_;
+    ForwardState<float> buffers_;
+    RowMatrix<float> logits_;
+    std::vector<Token> next_;
+};
+
 void BM_batched_decode(benchmark::State& state, Index batch, Index context, int threads) {
     const DecoderModel<float>& model = bench_model();
-    std::vector<KvCache<float>> caches(static_cast<std::size_t>(batch), prefilled(context));
-    std::vector<KvCache<float>*> pointers;
-    for (KvCache<float>& cache : caches) pointers.push_back(&cache);
-    ForwardState<float> buffers = model.make_state(batch, threads);
-    RowMatrix<float> logits(batch, model.config().vocab_size);
-    std::vector<Token> next(static_cast<std::size_t>(batch), 1);
+    Batch sequences(batch, context, threads);
     bench::StreamYardstick yardstick(threads);
     const auto start = bench::Clock::now();
-    for (auto _ : state) {
-        if (caches.front().remaining() == 0) state.SkipWithError("cache full: run with the fixed iteration count");
-        model.forward_batch(next, pointers, buffers, logits);
-        for (Index b = 0; b < batch; ++b) {  // greedy: each sequence's next token
-            Index best = 0;
-            logits.row(b).maxCoeff(&best);
-            next[static_cast<std::size_t>(b)] = static_cast<Token>(best);
-        }
-        benchmark::DoNotOptimize(next.data());
-    }
+    for (auto _ : state) sequences.step(state);
     const double seconds = bench::seconds_since(start);
     const double tokens_per_second = static_cast<double>(batch * state.iterations()) / seconds;
     const double bytes = step_bytes(model, batch, context + kSteps / 2);
@@ -138,6 +162,25 @@ void BM_batched_decode(benchmark::State& state, Index batch, Index context, int 
     state.counters["step_GFLOP"] = flops / 1e9;
     state.counters["compute_floor_tokens/s"] = compute_floor;
     state.counters["bound_share"] = tokens_per_second / std::min(roofline, compute_floor);
+}
+
+/// batched_paired (the file comment): a step of `batch` sequences and a step of one in turns.
+void BM_batched_paired(benchmark::State& state, Index batch, Index context, int threads) {
+    Batch many(batch, context, threads), one(1, context, threads);
+    const std::vector<std::function<void()>> steps = {[&] { many.step(state); }, [&] { one.step(state); }};
+    const auto seconds = bench::time_in_turns(state, steps);
+    std::vector<double> speedups;
+    for (std::size_t i = 0; i < seconds[0].size(); ++i) {
+        speedups.push_back(static_cast<double>(batch) * seconds[1][i] / seconds[0][i]);
+    }
+    const auto tokens_per_second = [](Index tokens, const std::vector<double>& times) {
+        double total = 0;
+        for (double t : times) total += t;
+        return static_cast<double>(tokens) * static_cast<double>(times.size()) / total;
+    };
+    state.counters["batch_tokens/s"] = tokens_per_second(batch, seconds[0]);
+    state.counters["single_tokens/s"] = tokens_per_second(1, seconds[1]);
+    state.counters["batch_over_single"] = bench::median(speedups);
 }
 
 void BM_linear(benchmark::State& state, Index rows, int threads) {
@@ -177,6 +220,15 @@ void register_all(const bench::BenchArgs& args) {
                 ->Unit(benchmark::kMillisecond)
                 ->Iterations(kSteps);
         }
+    }
+    for (int threads : {1, 2}) {  // issue 20's target: batch 8 at >= 5x the tokens/s of batch 1
+        bench::Name name("batched_paired");
+        name("batch", 8)("context", 1024)("threads", threads);
+        benchmark::RegisterBenchmark(name.str().c_str(),
+                                     [=](benchmark::State& s) { BM_batched_paired(s, 8, 1024, threads); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond)
+            ->Iterations(kSteps);
     }
     for (Index rows : batches) {
         for (int threads : {1, 2}) {
