@@ -105,7 +105,7 @@ public:
         grow_to(column_sum_, seq_len_kv);
         const Index kept_rows = kKeptMaps * std::min(seq_len_q, kMinPackedRows - 1);
         grow_to(kept_probabilities_, kept_rows * seq_len_kv);
-        grow_to(kept_tile_maxima_, kept_rows * tiles_of(seq_len_kv, kKeyTile));  // the shortest few-row tiles
+        grow_to(kept_tile_maxima_, kept_rows * tiles_of(seq_len_kv, kShortestFewRowsKeyTile));
         if (t > 1) dint_pipeline_.reserve(seq_len_q, value_dim, t);
         // Key split of a call of few rows (kernels/key_split.hpp): up to three maps at once (DINT's
         // few rows: kernels/dint_few_rows.hpp), each in up to kKeySegmentsPerThread runs per thread.
@@ -135,10 +135,11 @@ public:
     std::vector<OnlineSoftmaxState<T>>& key_split_parts() { return key_split_parts_; }
     /// A call of few rows that keeps its probabilities (kernels/kept_probabilities.hpp): map `map`'s
     /// [rows x seq_len_kv], in tiles of `tile` keys (rows < kMinPackedRows, map < kKeptMaps, tile a
-    /// multiple of kKeyTile).
+    /// multiple of kShortestFewRowsKeyTile, for which reserve() kept room).
     detail::KeptProbabilities<T> kept_probabilities(Index rows, Index seq_len_kv, Index tile, Index map) {
         const Index tiles = tiles_of(seq_len_kv, tile);
-        assert(map < kKeptMaps && tile % kKeyTile == 0 && (map + 1) * rows * seq_len_kv <= kept_probabilities_.size() &&
+        assert(map < kKeptMaps && tile % kShortestFewRowsKeyTile == 0 &&
+               (map + 1) * rows * seq_len_kv <= kept_probabilities_.size() &&
                (map + 1) * rows * tiles <= kept_tile_maxima_.size());
         return {Eigen::Map<RowMatrix<T>>(kept_probabilities_.data() + map * rows * seq_len_kv, rows, seq_len_kv),
                 Eigen::Map<RowMatrix<T>>(kept_tile_maxima_.data() + map * rows * tiles, tiles, rows), tile};

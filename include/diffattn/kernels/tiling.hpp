@@ -29,11 +29,17 @@ inline constexpr Index kMinPackedRows = 8;
 /// Calls of fewer than kMinPackedRows rows over keys and values stored in S visit their keys in
 /// tiles of kFewRowsKeyTileOf<S> (their tiles are not packed): kFewRowsKeyTile for float and
 /// double, whose heads read the cache at about 0.9 of a streaming read's rate with it against
-/// about 0.7 with tiles of 128; kKeyTile for half precision, whose heads were slower with the
-/// longer tiles (docs/benchmarks.md, "Longer key tiles for few rows").
+/// about 0.7 with tiles of 128; kFewRowsHalfKeyTile for half precision, whose heads were slower
+/// with the longer tiles (docs/benchmarks.md, "Longer key tiles for few rows").
 inline constexpr Index kFewRowsKeyTile = 4 * kKeyTile;
+inline constexpr Index kFewRowsHalfKeyTile = kKeyTile;
 template <typename S>
-inline constexpr Index kFewRowsKeyTileOf = sizeof(S) >= 4 ? kFewRowsKeyTile : kKeyTile;
+inline constexpr Index kFewRowsKeyTileOf = sizeof(S) >= 4 ? kFewRowsKeyTile : kFewRowsHalfKeyTile;
+/// The shorter of the two, of which both are multiples: a workspace, which does not know S, keeps
+/// per-tile state for tiles this short (AttentionWorkspace::kept_probabilities).
+inline constexpr Index kShortestFewRowsKeyTile = std::min(kFewRowsKeyTile, kFewRowsHalfKeyTile);
+static_assert(kFewRowsKeyTile % kShortestFewRowsKeyTile == 0 && kFewRowsHalfKeyTile % kShortestFewRowsKeyTile == 0,
+              "every few-row key tile is a multiple of the shortest");
 
 /// Number of query blocks of kQueryTile rows covering `seq_len_q` rows.
 inline Index query_block_count(Index seq_len_q) { return (seq_len_q + kQueryTile - 1) / kQueryTile; }
