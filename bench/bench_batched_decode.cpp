@@ -169,18 +169,9 @@ void BM_batched_paired(benchmark::State& state, Index batch, Index context, int 
     Batch many(batch, context, threads), one(1, context, threads);
     const std::vector<std::function<void()>> steps = {[&] { many.step(state); }, [&] { one.step(state); }};
     const auto seconds = bench::time_in_turns(state, steps);
-    std::vector<double> speedups;
-    for (std::size_t i = 0; i < seconds[0].size(); ++i) {
-        speedups.push_back(static_cast<double>(batch) * seconds[1][i] / seconds[0][i]);
-    }
-    const auto tokens_per_second = [](Index tokens, const std::vector<double>& times) {
-        double total = 0;
-        for (double t : times) total += t;
-        return static_cast<double>(tokens) * static_cast<double>(times.size()) / total;
-    };
-    state.counters["batch_tokens/s"] = tokens_per_second(batch, seconds[0]);
-    state.counters["single_tokens/s"] = tokens_per_second(1, seconds[1]);
-    state.counters["batch_over_single"] = bench::median(speedups);
+    state.counters["batch_tokens/s"] = static_cast<double>(batch) * bench::calls_per_second(seconds[0]);
+    state.counters["single_tokens/s"] = bench::calls_per_second(seconds[1]);
+    state.counters["batch_over_single"] = static_cast<double>(batch) * bench::median_ratio(seconds[1], seconds[0]);
 }
 
 void BM_linear(benchmark::State& state, Index rows, int threads) {

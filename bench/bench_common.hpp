@@ -60,6 +60,20 @@ inline double median(std::vector<double>& v) {
     return v[v.size() / 2];
 }
 
+/// The median over the rounds of a[i] / b[i]: two calls timed in turns (time_in_turns).
+inline double median_ratio(const std::vector<double>& a, const std::vector<double>& b) {
+    std::vector<double> ratios;
+    for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) ratios.push_back(a[i] / b[i]);
+    return median(ratios);
+}
+
+/// Calls per second of the calls that took `seconds` each: their count over their total time.
+inline double calls_per_second(const std::vector<double>& seconds) {
+    double total = 0;
+    for (double t : seconds) total += t;
+    return static_cast<double>(seconds.size()) / total;
+}
+
 inline double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
 }

@@ -282,19 +282,12 @@ void BM_decode_paired(benchmark::State& state, int kind, Index context, int thre
         bandwidths.push_back(yardstick.read_next());
         sides[c].shares.push_back(sides[c].bytes / step_seconds / std::max(before, bandwidths.back()));
     });
-    std::vector<double> speedups;
-    for (std::size_t i = 0; i < seconds[0].size(); ++i) speedups.push_back(seconds[0][i] / seconds[1][i]);
-    const auto tokens_per_second = [](const std::vector<double>& times) {
-        double total = 0;
-        for (double t : times) total += t;
-        return static_cast<double>(times.size()) / total;
-    };
     state.counters["context"] = static_cast<double>(context);
-    state.counters["f32_tokens/s"] = tokens_per_second(seconds[0]);
-    state.counters["f16_tokens/s"] = tokens_per_second(seconds[1]);
+    state.counters["f32_tokens/s"] = bench::calls_per_second(seconds[0]);
+    state.counters["f16_tokens/s"] = bench::calls_per_second(seconds[1]);
     state.counters["f32_share"] = bench::median(sides[0].shares);
     state.counters["f16_share"] = bench::median(sides[1].shares);
-    state.counters["f16_over_f32"] = bench::median(speedups);
+    state.counters["f16_over_f32"] = bench::median_ratio(seconds[0], seconds[1]);
     state.counters["f16_over_f32_bound"] = sides[0].bytes / sides[1].bytes;
     state.counters["stream_GB/s"] = bench::median(bandwidths) / 1e9;
     state.SetLabel(kKinds[kind].name);
