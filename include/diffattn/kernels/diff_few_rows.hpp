@@ -1,5 +1,6 @@
-// DIFF (and DIFF V2's gated pair, and the DIFF part of DINT's mean modes) for a call of few query
-// rows (a decode step: one token or a small chunk), multiplying V once instead of once per map.
+// DIFF (and DIFF V2's gated pair, the DIFF part of DINT's mean modes, and softmax as a DIFF of one
+// map) for a call of few query rows (a decode step: one token or a small chunk), multiplying V once
+// instead of once per map.
 //
 // The grouped path keeps one online-softmax state per map and multiplies V by each map's
 // probabilities: two multiply-adds per value column, key and row. Once both maps' final row max
@@ -202,6 +203,27 @@ void keep_two_maps(const DotProductLogits<T, S>& logits1, const DotProductLogits
                              keep_map_logits<S>(maps, mask, 0, q_rows, mine, keys);
                          }
                      });
+}
+
+/// Softmax (docs/math.md §2.1), a DIFF of one map: out = A V for a call of q_rows < kMinPackedRows
+/// query rows, all of them, in the file comment's two passes (the map's keys, then V), on `threads`
+/// threads; scratch.states[0] ends with the map's row max and sum. Reading K and then V, each as
+/// one stream, ran the decode step's heads faster in half precision than the tile-by-tile online
+/// softmax, which reads a key tile and its value tile in turn (docs/benchmarks.md, "Softmax in two
+/// passes").
+template <typename T, typename S, typename Mask>
+void softmax_few_rows(const DotProductLogits<T, S>& logits, const Mask& mask, const ConstMatrixRef<S>& v,
+                      Index q_rows, int threads, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch,
+                      MatrixRef<T>& out) {
+    assert(q_rows < kMinPackedRows && q_rows == out.rows());
+    KeptProbabilities<T> kept = ws.kept_probabilities(q_rows, v.rows(), kFewRowsKeyTileOf<S>, 0);
+    using Map = MapToKeep<T, const DotProductLogits<T, S>>;
+    fold_key_runs<1, S>(mask, 0, q_rows, threads, ws, scratch, {&scratch.states[0]},
+                        [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
+                            keep_map_logits<S>(std::array<Map, 1>{Map{logits, kept, *states[0]}}, mask, 0, q_rows, mine, keys);
+                        });
+    const std::array<KeptMap<T>, 1> maps{KeptMap<T>{kept, scratch.states[0], T(1), {}}};
+    multiply_values_once(maps, mask, q_rows, v, threads, ws, scratch, out);
 }
 
 /// out = (A1 - diag(factor2) A2) V for a call of q_rows < kMinPackedRows query rows, all of them

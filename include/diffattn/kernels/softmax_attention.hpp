@@ -19,6 +19,9 @@ void softmax_attention(const ConstMatrixRef<T>& q, const KeyOperand<S>& k, const
     dispatch_mask(resolved.mask, q.rows(), k.rows(), resolved.valid_len, [&](const auto& mask) {
         for_each_query_group(q.rows(), resolved.threads, mask, ws,
                              [&](Index q_begin, Index q_rows, BlockScratch<T>& scratch) {
+                                 if (q_begin == 0 && q_rows < kMinPackedRows) {  // a call of few rows
+                                     return softmax_few_rows(logits, mask, v, q_rows, key_threads, ws, scratch, out);
+                                 }
                                  OnlineSoftmaxState<T>& state = scratch.states[0];
                                  attend_maps<T>(std::tie(logits), mask, q_begin, q_rows, v, ws, scratch, key_threads, {&state});
                                  state.normalize_into(out.middleRows(q_begin, q_rows));
@@ -28,8 +31,10 @@ void softmax_attention(const ConstMatrixRef<T>& q, const KeyOperand<S>& k, const
 
 /// Two softmax attentions over the same values (docs/math.md §2.1 twice): out1 = softmax(s Q1 K1^T +
 /// M) V and out2 = softmax(s Q2 K2^T + M) V, each value tile read once for both maps (attend_maps), as
-/// DIFF V2's two query heads of one kv head need (docs/math.md §3.4). Each output equals that of
-/// softmax_attention on its map, bit for bit: the maps fold their tiles exactly as alone.
+/// DIFF V2's two query heads of one kv head need (docs/math.md §3.4); a call of fewer than
+/// kMinPackedRows rows runs each map as softmax_attention does (softmax_few_rows), V once per map.
+/// Each output equals that of softmax_attention on its map, bit for bit: the maps fold their tiles
+/// exactly as alone.
 /// The checks of a pair of maps over one V into out1 and out2 (softmax_attention_pair,
 /// gated_softmax_difference): each map's, Q2 ~ Q1, K2 ~ K1, and out2 apart from out1.
 template <typename T, typename S>
@@ -54,6 +59,11 @@ void softmax_attention_pair(const ConstMatrixRef<T>& q1, const KeyOperand<S>& k1
                                  [&](const auto& logits1, const auto& logits2, const auto& mask, Index q_begin,
                                      Index q_rows, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch,
                                      int key_threads) {
+                                     if (q_begin == 0 && q_rows < kMinPackedRows) {  // each map as alone
+                                         softmax_few_rows(logits1, mask, v, q_rows, key_threads, ws, scratch, out1);
+                                         return softmax_few_rows(logits2, mask, v, q_rows, key_threads, ws, scratch,
+                                                                 out2);
+                                     }
                                      OnlineSoftmaxState<T>& map1 = scratch.states[0];
                                      OnlineSoftmaxState<T>& map2 = scratch.states[1];
                                      attend_maps<T>(std::tie(logits1, logits2), mask, q_begin, q_rows, v, ws, scratch,
