@@ -220,7 +220,8 @@ void softmax_few_rows(const DotProductLogits<T, S>& logits, const Mask& mask, co
     using Map = MapToKeep<T, const DotProductLogits<T, S>>;
     fold_key_runs<1, S>(mask, 0, q_rows, threads, ws, scratch, {&scratch.states[0]},
                         [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
-                            keep_map_logits<S>(std::array<Map, 1>{Map{logits, kept, *states[0]}}, mask, 0, q_rows, mine, keys);
+                            const std::array<Map, 1> map{Map{logits, kept, *states[0]}};
+                            keep_map_logits<S>(map, mask, 0, q_rows, mine, keys);
                         });
     const std::array<KeptMap<T>, 1> maps{KeptMap<T>{kept, scratch.states[0], T(1), {}}};
     multiply_values_once(maps, mask, q_rows, v, threads, ws, scratch, out);
