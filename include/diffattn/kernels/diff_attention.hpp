@@ -31,15 +31,15 @@ void write_differential_rows(const OnlineSoftmaxState<T>& map1, const OnlineSoft
 }
 
 /// The two maps of one query block or group (q_rows <= kGroupRows): fills scratch.states[0] and
-/// [1] (map 1, map 2) and writes out = O1 - lambda O2 for rows [q_begin, q_begin + q_rows), with
-/// the keys split over `key_threads` threads (attend_maps). Shared by DIFF and DINT.
+/// [1] (map 1, map 2) and writes out = O1 - lambda O2 for rows [q_begin, q_begin + q_rows), on the
+/// thread calling it (attend_maps). Shared by DIFF and DINT.
 template <typename T, typename S, typename Mask>
 void differential_block(const DotProductLogits<T, S>& logits1, const DotProductLogits<T, S>& logits2, const Mask& mask,
-                        Index q_begin, Index q_rows, const ConstMatrixRef<S>& v, T lambda, AttentionWorkspace<T>& ws,
-                        BlockScratch<T>& scratch, int key_threads, MatrixRef<T>& out) {
+                        Index q_begin, Index q_rows, const ConstMatrixRef<S>& v, T lambda, BlockScratch<T>& scratch,
+                        MatrixRef<T>& out) {
     OnlineSoftmaxState<T>& map1 = scratch.states[0];
     OnlineSoftmaxState<T>& map2 = scratch.states[1];
-    attend_maps<T>(std::tie(logits1, logits2), mask, q_begin, q_rows, v, ws, scratch, key_threads, {&map1, &map2});
+    attend_maps<T>(std::tie(logits1, logits2), mask, q_begin, q_rows, v, scratch, {&map1, &map2});
     write_differential_rows(map1, map2, lambda, q_begin, 0, q_rows, out);
 }
 
@@ -57,8 +57,8 @@ void diff_attention(const ConstMatrixRef<T>& q1, const KeyOperand<S>& k1, const 
                                                        key_threads, ws, scratch, out);
                                          return;
                                      }
-                                     differential_block(logits1, logits2, mask, q_begin, q_rows, v, lambda, ws,
-                                                        scratch, key_threads, out);
+                                     differential_block(logits1, logits2, mask, q_begin, q_rows, v, lambda, scratch,
+                                                        out);
                                  });
 }
 

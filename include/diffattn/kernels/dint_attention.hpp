@@ -115,7 +115,7 @@ void dint_softmax_integral(const DotProductLogits<T, S>& logits1, const DotProdu
         BlockScratch<T>& scratch = ws.block(0);
         for (Index g = 0; g < query_group_count(seq_len_q); ++g) {
             const Index q_begin = g * kGroupRows, q_rows = query_group_rows(seq_len_q, g);
-            differential_block(logits1, logits2, mask, q_begin, q_rows, v, lambda, ws, scratch, 1, out);
+            differential_block(logits1, logits2, mask, q_begin, q_rows, v, lambda, scratch, out);
             with_integral_logits(q_begin, scratch.states[0], [&](auto& integral_logits) {
                 attend_block(integral_logits, mask, q_begin, q_rows, v, scratch, scratch.states[2]);
             });

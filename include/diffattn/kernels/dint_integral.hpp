@@ -199,7 +199,7 @@ void dint_mean_integral(const DotProductLogits<T, S>& logits1, const DotProductL
             add_block_sums([&](Index r) { return o1.accumulator_rows(0, group_rows).row(r); });
             return;
         }
-        differential_block(logits1, logits2, mask, group_begin, group_rows, v, lambda, ws, scratch, key_threads, out);
+        differential_block(logits1, logits2, mask, group_begin, group_rows, v, lambda, scratch, out);
         const OnlineSoftmaxState<T>& map1 = scratch.states[0];  // the group's rows
         add_block_sums([&](Index r) { return map1.normalized_row(r); });
     });

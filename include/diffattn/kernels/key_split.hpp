@@ -48,17 +48,17 @@ void for_each_few_rows_tile(const Mask& mask, Index q_begin, Index q_rows, KeyRa
 }
 
 /// The online softmax of the maps of the same few query rows [q_begin, q_begin + q_rows)
-/// (q_rows < kMinPackedRows) over the keys [keys.begin, keys.end) they see, into states[m]: the maps
+/// (q_rows < kMinPackedRows) over every key they see, into states[m]: the maps
 /// (Logits policies, `maps` a std::tie of them, which may differ in type) take each key tile in
 /// turn while its values are in cache, so the values are read once for all the maps (DIFF's two
 /// maps share V).
 template <typename T, typename S, typename Mask, typename... Logits>
 void attend_few_rows(const std::tuple<Logits&...>& maps, const Mask& mask, Index q_begin, Index q_rows,
                      const ConstMatrixRef<S>& v, BlockScratch<T>& scratch,
-                     OnlineSoftmaxState<T>* const (&states)[sizeof...(Logits)], KeyRange keys) {
+                     OnlineSoftmaxState<T>* const (&states)[sizeof...(Logits)]) {
     assert(q_rows < kMinPackedRows);
     for (OnlineSoftmaxState<T>* state : states) state->reset(q_rows, v.cols());
-    for_each_few_rows_tile<S>(mask, q_begin, q_rows, keys, [&](Index k_begin, Index k_count) {
+    for_each_few_rows_tile<S>(mask, q_begin, q_rows, KeyRange{}, [&](Index k_begin, Index k_count) {
         const auto values = few_rows_operand<T>(v, k_begin, k_count, scratch.value_tile);  // read once for all the maps
         const LazyFinite<decltype(values)> values_finite(values);
         for_each_map(maps, [&](auto& map, std::size_t m) {
@@ -125,34 +125,23 @@ void fold_key_runs(const Mask& mask, Index q_begin, Index q_rows, int threads, A
     for (std::size_t m = 0; m < M; ++m) into[m]->merge(parts + static_cast<Index>(m) * runs, runs);
 }
 
-/// attend_few_rows over every key the rows see, into `into`, with the keys split over `threads`
-/// threads (fold_key_runs).
-template <typename T, typename S, typename Mask, typename... Logits>
-void attend_few_rows_split(const std::tuple<Logits&...>& maps, const Mask& mask, Index q_begin, Index q_rows,
-                           const ConstMatrixRef<S>& v, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch,
-                           int threads, OnlineSoftmaxState<T>* const (&into)[sizeof...(Logits)]) {
-    fold_key_runs<sizeof...(Logits), S>(mask, q_begin, q_rows, threads, ws, scratch, into,
-                  [&](KeyRange keys, BlockScratch<T>& mine, const auto& states) {
-                      attend_few_rows(maps, mask, q_begin, q_rows, v, mine, states, keys);
-                  });
-}
-
-/// Runs the maps of the query rows [q_begin, q_begin + q_rows) over every key the mask lets them
-/// see: on return into[m] holds map m's {acc, m, l}.
-///   q_rows >= kMinPackedRows: attend_block for each map on `scratch` (threads must be 1).
-///   fewer rows: attend_few_rows_split, the keys split over `threads` threads.
+/// Runs the maps of one query group, the rows [q_begin, q_begin + q_rows), over every key the mask
+/// lets them see, on the thread calling it: on return into[m] holds map m's {acc, m, l}.
+///   q_rows >= kMinPackedRows: attend_block for each map on `scratch`.
+///   fewer rows (the last group of a larger call): attend_few_rows over all the keys. A call of so
+///   few rows in all takes the passes of diff_few_rows.hpp instead, which split its keys over the
+///   threads.
 /// A Logits policy called from several threads must only read, or write what its own keys own
 /// (IntegralLogits: the column sums of its keys).
 template <typename T, typename S, typename Mask, typename... Logits>
 void attend_maps(const std::tuple<Logits&...>& maps, const Mask& mask, Index q_begin, Index q_rows,
-                 const ConstMatrixRef<S>& v, AttentionWorkspace<T>& ws, BlockScratch<T>& scratch, int threads,
+                 const ConstMatrixRef<S>& v, BlockScratch<T>& scratch,
                  OnlineSoftmaxState<T>* const (&into)[sizeof...(Logits)]) {
     if (q_rows >= kMinPackedRows) {
-        assert(threads == 1);
         for_each_map(maps, [&](auto& map, std::size_t m) { attend_block(map, mask, q_begin, q_rows, v, scratch, *into[m]); });
         return;
     }
-    attend_few_rows_split(maps, mask, q_begin, q_rows, v, ws, scratch, threads, into);
+    attend_few_rows(maps, mask, q_begin, q_rows, v, scratch, into);
 }
 
 /// The frame of a call of two maps s Q1 K1^T and s Q2 K2^T over one V (DIFF, DIFF V2's pair of

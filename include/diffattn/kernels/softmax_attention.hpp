@@ -23,7 +23,7 @@ void softmax_attention(const ConstMatrixRef<T>& q, const KeyOperand<S>& k, const
                                      return softmax_few_rows(logits, mask, v, q_rows, key_threads, ws, scratch, out);
                                  }
                                  OnlineSoftmaxState<T>& state = scratch.states[0];
-                                 attend_maps<T>(std::tie(logits), mask, q_begin, q_rows, v, ws, scratch, key_threads, {&state});
+                                 attend_maps<T>(std::tie(logits), mask, q_begin, q_rows, v, scratch, {&state});
                                  state.normalize_into(out.middleRows(q_begin, q_rows));
                              });
     });
@@ -66,8 +66,8 @@ void softmax_attention_pair(const ConstMatrixRef<T>& q1, const KeyOperand<S>& k1
                                      }
                                      OnlineSoftmaxState<T>& map1 = scratch.states[0];
                                      OnlineSoftmaxState<T>& map2 = scratch.states[1];
-                                     attend_maps<T>(std::tie(logits1, logits2), mask, q_begin, q_rows, v, ws, scratch,
-                                                    key_threads, {&map1, &map2});
+                                     attend_maps<T>(std::tie(logits1, logits2), mask, q_begin, q_rows, v, scratch,
+                                                    {&map1, &map2});
                                      map1.normalize_into(out1.middleRows(q_begin, q_rows));
                                      map2.normalize_into(out2.middleRows(q_begin, q_rows));
                                  });
