@@ -23,6 +23,7 @@
 #include "diffattn/core/checks.hpp"
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/layers/attention_call_checks.hpp"
 #include "diffattn/layers/attention_config.hpp"
 #include "diffattn/layers/attention_heads.hpp"
 #include "diffattn/layers/attention_scratch.hpp"
@@ -218,8 +219,8 @@ private:
         using Rows = decltype(sequence(Index(0)));  // SequenceRows<T, S>
         using S = typename Rows::Stored;
         const Index n = x.rows();
-        check_call(x, out, scratch);
-        check_sequences(count, sequence, n, cached);
+        detail::check_attention_call(config_, config_.kind == AttentionKind::shared_diff && !merged_, x, out, scratch);
+        detail::check_attention_sequences(config_, count, sequence, n, cached);
         require<OptionError>(!cached || scratch.kernels == nullptr, function, ": a KV cache cannot be combined with "
                              "the scratch's replacement kernels (a slice of a sequence)");
         if (n == 0) return;
@@ -343,62 +344,6 @@ private:
                                       weights_.subln.apply(head, head, output_scale);
                                   }
                               });
-    }
-
-    void check_call(const ConstMatrixRef<T>& x, const MatrixRef<T>& out, const AttentionScratch<T>& scratch) const {
-        constexpr const char* function = "MultiHeadAttention::forward";
-        detail::require_shape(function, detail::named("x", x), x.rows(), config_.d_model);
-        detail::require_shape(function, detail::named("out", out), x.rows(), config_.d_model);
-        detail::require_no_alias(function, "out", out, "x", x);
-        require<ShapeError>(x.rows() <= scratch.max_len(), function, ": x has ", x.rows(),
-                            " tokens but the scratch holds at most ", scratch.max_len());
-        require<ShapeError>(scratch.fits(config_, config_.kind == AttentionKind::shared_diff && !merged_), function,
-                            ": the scratch was built for another attention geometry (make it from this module's "
-                            "config())");
-    }
-
-    /// The sequences of a call of n rows: their rows tile [0, n) in order; with caches (cached), each
-    /// cache fits this module with room for its rows, and no two share storage.
-    template <typename Sequences>
-    void check_sequences(Index count, const Sequences& sequence, Index n, bool cached) const {
-        constexpr const char* function = "MultiHeadAttention::forward";
-        require<ShapeError>(count >= 1, function, ": a call needs at least one sequence, got ", count);
-        Index next = 0;
-        for (Index s = 0; s < count; ++s) {
-            const auto rows = sequence(s);
-            require<ShapeError>(rows.rows >= 0 && rows.first == next, function, ": sequence ", s, " has rows [",
-                                rows.first, ", ", rows.first + rows.rows, ") but its rows must start at ", next,
-                                " (after the sequences before it)");
-            next += rows.rows;
-            if (cached) check_cache(rows.cache, rows.rows);
-        }
-        require<ShapeError>(next == n, function, ": the sequences hold ", next, " rows but x has ", n);
-        require_distinct_caches(function, count, [&](Index s) { return sequence(s).cache.keys.data; });
-    }
-
-    template <typename S>
-    void check_cache(const KvCacheView<T, S>& cache, Index n) const {
-        constexpr const char* function = "MultiHeadAttention::forward";
-        require_kv_cache_support(function, config_);
-        require<ShapeError>(cache.keys.heads == config_.n_key_maps() && cache.keys.width == config_.head_dim() &&
-                                cache.values.heads == config_.n_value_heads() &&
-                                cache.values.width == config_.value_dim() &&
-                                cache.values.capacity == cache.keys.capacity,
-                            function, ": the KV cache has ", cache.keys.heads, " key maps of [", cache.keys.capacity,
-                            " x ", cache.keys.width, "] and ", cache.values.heads, " value heads of [",
-                            cache.values.capacity, " x ", cache.values.width, "] but this module needs ",
-                            config_.n_key_maps(), " of width ", config_.head_dim(), " and ", config_.n_value_heads(),
-                            " of width ", config_.value_dim(), ", with equal row counts");
-        require<ShapeError>(cache.length >= 0 && n <= cache.capacity() - cache.length, function,
-                            ": the KV cache holds ", cache.length, " of at most ", cache.capacity(), " tokens; ", n,
-                            " more do not fit");
-        require<ShapeError>(cache.rotary != nullptr && cache.rotary->spec() == config_.rotary() &&
-                                cache.rotary->max_positions() >= cache.length + n,
-                            function, ": the KV cache's rotary table does not cover positions [", cache.length, ", ",
-                            cache.length + n, ") of maps of width ", config_.head_dim(), " with this module's rotary "
-                            "settings (rope_theta, style, scaling)");
-        require<OptionError>(config_.kind != AttentionKind::dint || cache.dint_histories != nullptr, function,
-                             ": a dint module with a KV cache needs the per-head DintHistory of the cached rows");
     }
 
     void project_queries_and_keys(const ConstMatrixRef<T>& x, MatrixRef<T> q, MatrixRef<T> k,
