@@ -190,12 +190,12 @@ public:
 
     /// A batched step (docs/math.md §6): the rows of x continue `count` sequences; sequence(s)
     /// returns the SequenceRows of sequence s (its cache view and its rows, which follow those of
-    /// sequence s - 1; every cache stores the same scalar S). The projections and the output projection run once over all rows (the
-    /// weights are read once for the whole batch); rotary, the cache writes and the heads run per
-    /// sequence, the heads of all sequences together on the context's threads. Each sequence gets
-    /// what forward(its rows, ..., its cache) gives it. ShapeError if the rows do not tile x, two
-    /// sequences share a cache, or a cache has no room; as forward() otherwise. A refused call
-    /// changes no cache.
+    /// sequence s - 1; every cache stores the same scalar S). The projections and the output
+    /// projection run once over all rows (the weights are read once for the whole batch); rotary,
+    /// the cache writes and the heads run per sequence, the heads of all sequences together on the
+    /// context's threads. Each sequence gets what forward(its rows, ..., its cache) gives it.
+    /// ShapeError if the rows do not tile x, two sequences share a cache, or a cache has no room; as
+    /// forward() otherwise. A refused call changes no cache.
     template <typename Sequences>
     void forward(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch,
                  const ExecutionContext& context, Index count, const Sequences& sequence) const {
