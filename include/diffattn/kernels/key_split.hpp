@@ -105,7 +105,9 @@ void for_each_key_run(const KeyRuns& runs, int threads, AttentionWorkspace<T>& w
 /// kKeySegmentsPerThread * threads runs of about equal length (the rows see about the same keys);
 /// each run is a task, handed out one at a time, that folds into its own states (the workspace's
 /// key_split_parts), and then each state merges its runs into into[m]. With one thread or a
-/// single tile: fold over all the keys into `into`, on `scratch`.
+/// single tile: fold over all the keys into `into`, on `scratch`. The runs' folds run at once, so
+/// a Logits policy they share must only read, or write what its own keys own (IntegralLogits: the
+/// column sums of its keys).
 template <std::size_t M, typename S, typename T, typename Mask, typename Fold>
 void fold_key_runs(const Mask& mask, Index q_begin, Index q_rows, int threads, AttentionWorkspace<T>& ws,
                    BlockScratch<T>& scratch, OnlineSoftmaxState<T>* const (&into)[M], Fold&& fold) {
@@ -131,8 +133,6 @@ void fold_key_runs(const Mask& mask, Index q_begin, Index q_rows, int threads, A
 ///   fewer rows (the last group of a larger call): attend_few_rows over all the keys. A call of so
 ///   few rows in all takes the passes of diff_few_rows.hpp instead, which split its keys over the
 ///   threads.
-/// A Logits policy called from several threads must only read, or write what its own keys own
-/// (IntegralLogits: the column sums of its keys).
 template <typename T, typename S, typename Mask, typename... Logits>
 void attend_maps(const std::tuple<Logits&...>& maps, const Mask& mask, Index q_begin, Index q_rows,
                  const ConstMatrixRef<S>& v, BlockScratch<T>& scratch,
