@@ -215,13 +215,13 @@ private:
     void forward_sequences(const ConstMatrixRef<T>& x, MatrixRef<T> out, AttentionScratch<T>& scratch,
                            const ExecutionContext& context, Index count, const Sequences& sequence,
                            bool cached) const {
-        constexpr const char* function = "MultiHeadAttention::forward";
         using Rows = decltype(sequence(Index(0)));  // SequenceRows<T, S>
         using S = typename Rows::Stored;
         const Index n = x.rows();
         detail::check_attention_call(config_, config_.kind == AttentionKind::shared_diff && !merged_, x, out, scratch);
         detail::check_attention_sequences(config_, count, sequence, n, cached);
-        require<OptionError>(!cached || scratch.kernels == nullptr, function, ": a KV cache cannot be combined with "
+        require<OptionError>(!cached || scratch.kernels == nullptr, detail::kAttentionForward,
+                             ": a KV cache cannot be combined with "
                              "the scratch's replacement kernels (a slice of a sequence)");
         if (n == 0) return;
         auto q = scratch.q.topRows(n);          // [N x q_width]
