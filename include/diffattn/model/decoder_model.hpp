@@ -18,6 +18,7 @@
 #include "diffattn/layers/parameters.hpp"
 #include "diffattn/layers/rms_norm.hpp"
 #include "diffattn/model/checkpoint_config.hpp"
+#include "diffattn/model/checkpoint_weights.hpp"
 #include "diffattn/model/config.hpp"
 #include "diffattn/model/config_json.hpp"
 #include "diffattn/model/decoder_layer.hpp"
@@ -26,9 +27,7 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <set>
 #include <string>
-#include <system_error>
 #include <vector>
 
 namespace diffattn {
@@ -65,45 +64,18 @@ public:
     /// before the model is allocated (a config.json describing far more parameters than the files
     /// hold is refused first, naming both), so a refused directory allocates nothing; the
     /// tensors are then converted one by one from the mapping, each one's pages handed back, so
-    /// loading takes the model's size in T plus about one tensor (docs/benchmarks.md).
+    /// loading takes the model's size in T plus about one tensor (docs/benchmarks.md). The checks and
+    /// the copy: model/checkpoint_weights.hpp.
     static DecoderModel load(const std::filesystem::path& dir, std::vector<std::string>* warnings = nullptr) {
-        require_directory(dir);
+        detail::require_model_directory(dir);
         const std::filesystem::path config_path = dir / "config.json";
         const ModelConfig config = read_checkpoint_config(config_path, warnings);
         const SafetensorsCheckpoint files(dir);
-        check_checkpoint(config, config_path, files);
+        detail::check_checkpoint_tensors(config, tensor_table(config), config_path, files);
         DecoderModel model(config);
-        model.read_parameters(files);
+        ParameterList<T> list = model.parameters();
+        detail::read_parameters(list, files);
         return model;
-    }
-
-    /// Checks `files` against a model of `config` without allocating it: they must hold at least
-    /// half of its parameters (else FileError "... do not belong together"), then every tensor of
-    /// tensor_table(config) with exactly its shape and nothing else (tensors ending in the family's
-    /// ignored suffix aside). FileError naming the file and the tensor.
-    static void check_checkpoint(const ModelConfig& config, const std::filesystem::path& config_path,
-                                 const SafetensorsCheckpoint& files) {
-        const char* ignored = tensor_names(config.conventions.family).ignored_suffix;
-        std::uint64_t in_files = 0;  // elements of all tensors: <= the files' size / 2, cannot overflow
-        for (const SafetensorsFile& file : files.files()) {
-            for (const auto& entry : file.tensors()) {
-                if (!detail::ends_with(entry.first, ignored)) {
-                    in_files += static_cast<std::uint64_t>(entry.second.num_elements);
-                }
-            }
-        }
-        const auto needed = static_cast<std::uint64_t>(config.parameter_count());  // validated: fits
-        require<FileError>(needed <= 2 * in_files + 65536, "DecoderModel::load: config.json \"", config_path.string(),
-                           "\" describes a model of ", needed, " parameters but ", files.description(), " holds ",
-                           in_files, " in ", files.tensor_count(),
-                           " tensors: most of the model is missing, so the two files do not belong together "
-                           "(nothing was allocated)");
-        std::set<std::string> expected;
-        for (const Parameter<T>& p : tensor_table(config)) {
-            files.require_tensor(p.name, p.shape);
-            expected.insert(p.name);
-        }
-        files.check_no_unexpected(expected, ignored);
     }
 
     /// A model with seeded weights (init_parameters_uniform): the same numbers on every platform.
@@ -151,7 +123,8 @@ public:
 
     /// The same from a safetensors file already opened (and validated).
     void load_weights(const SafetensorsFile& file) {
-        file.check_no_unexpected(read_parameters(file));
+        ParameterList<T> list = parameters();
+        file.check_no_unexpected(detail::read_parameters(list, file));
     }
 
     /// Shared DIFF: precompute the merged per-map projections of every layer (forward() then uses
@@ -306,46 +279,6 @@ public:
     }
 
 private:
-    /// FileError unless `dir` is a directory. std::error_code forms only: a symbolic link loop, a
-    /// path longer than PATH_MAX or a parent without search permission is a message naming the
-    /// path and the reason, not a std::filesystem::filesystem_error.
-    static void require_directory(const std::filesystem::path& dir) {
-        std::error_code error;
-        const std::filesystem::file_status status = std::filesystem::status(dir, error);
-        const bool missing = status.type() == std::filesystem::file_type::not_found;  // ENOENT, ENOTDIR
-        require<FileError>(!error || missing, "model directory \"", dir.string(), "\": cannot access it: ",
-                           error.message());
-        require<FileError>(status.type() == std::filesystem::file_type::directory, "model directory \"", dir.string(),
-                           "\" does not exist or is not a directory");
-    }
-
-    /// Converts every tensor of parameters() from `source` (a SafetensorsFile or a
-    /// SafetensorsCheckpoint: read_into checks the name and the shape) into its storage, one at a
-    /// time; tensors split over several slices (Shared DIFF factors, halves-paired projections)
-    /// go through one staging buffer of the largest such tensor. Returns the names read.
-    template <typename Source>
-    std::set<std::string> read_parameters(const Source& source) {
-        ParameterList<T> list = parameters();
-        std::set<std::string> expected;
-        std::vector<T> staging;
-        for (Parameter<T>& p : list) {
-            expected.insert(p.name);
-            const ParameterSlice<T>& first = p.slices.front();
-            if (p.slices.size() == 1 && first.outer_stride == first.cols) {
-                source.template read_into<T>(p.name, p.shape, first.data);
-                continue;
-            }
-            staging.resize(static_cast<std::size_t>(p.size()));
-            source.template read_into<T>(p.name, p.shape, staging.data());
-            const T* from = staging.data();
-            for (const ParameterSlice<T>& slice : p.slices) {
-                slice.map() = ConstRowMatrixMap<T>(from, slice.rows, slice.cols);
-                from += slice.rows * slice.cols;
-            }
-        }
-        return expected;
-    }
-
     /// X_0 = embed_tokens[tokens] into the state's residual stream; returns its first N rows [N x D].
     auto embed(const std::vector<Token>& tokens, ForwardState<T>& state) const {
         auto x = state.x.topRows(static_cast<Index>(tokens.size()));
