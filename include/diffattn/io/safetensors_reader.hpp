@@ -11,6 +11,7 @@
 #include "diffattn/core/types.hpp"
 #include "diffattn/io/detail/counted.hpp"
 #include "diffattn/io/detail/float_formats.hpp"
+#include "diffattn/io/detail/tensor_elements.hpp"
 #include "diffattn/io/file_kind.hpp"
 #include "diffattn/io/mapped_file.hpp"
 #include "diffattn/io/safetensors_format.hpp"
@@ -309,35 +310,10 @@ private:
     template <typename T>
     void convert(const std::string& name, const TensorInfo& tensor, T* dst) const {
         const unsigned char* src = data_ + data_start_ + tensor.data_begin;
-        const Index count = tensor.num_elements;
-        using detail::load_u16_le;
-        using detail::load_u32_le;
-        const auto decode_each = [&](std::size_t element_bytes, auto decode) {  // decode: bytes -> float
-            for (Index i = 0; i < count; ++i) {
-                dst[i] = static_cast<T>(decode(src + element_bytes * static_cast<std::size_t>(i)));
-            }
-        };
-        switch (tensor.dtype) {
-            case SafetensorsDtype::f32:
-                decode_each(4, [](const unsigned char* p) { return detail::float_from_bits(load_u32_le(p)); });
-                break;
-            case SafetensorsDtype::f16:
-                decode_each(2, [](const unsigned char* p) { return detail::f16_bits_to_float(load_u16_le(p)); });
-                break;
-            case SafetensorsDtype::bf16:
-                decode_each(2, [](const unsigned char* p) { return detail::bf16_bits_to_float(load_u16_le(p)); });
-                break;
-            case SafetensorsDtype::f64:
-                for (Index i = 0; i < count; ++i) {
-                    const double value = detail::double_from_bits(detail::load_u64_le(src + 8 * i));
-                    if constexpr (std::is_same_v<T, double>) {
-                        dst[i] = value;
-                    } else if (!detail::narrow_to_float(value, dst[i])) {
-                        fail("tensor ", detail::quote_json(name), ": F64 element ", i, " is ", value,
-                             ", outside the range of float");
-                    }
-                }
-                break;
+        const Index too_large = detail::decode_tensor_elements(src, tensor.dtype, tensor.num_elements, dst);
+        if (too_large >= 0) {
+            fail("tensor ", detail::quote_json(name), ": F64 element ", too_large, " is ",
+                 detail::double_from_bits(detail::load_u64_le(src + 8 * too_large)), ", outside the range of float");
         }
     }
 
