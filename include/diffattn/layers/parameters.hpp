@@ -71,14 +71,6 @@ class ParameterList {
 public:
     using Item = Parameter<T>;
 
-    /// A 2-D tensor [rows, cols] stored in `m`.
-    void add(std::string name, WeightMatrix<T>& m) {
-        items_.push_back({std::move(name), {m.rows(), m.cols()}, {ParameterSlice<T>::of(m)}});
-    }
-    /// A 1-D tensor [n] stored in `v`.
-    void add(std::string name, Vector<T>& v) {
-        items_.push_back({std::move(name), {v.size()}, {ParameterSlice<T>::of(v)}});
-    }
     /// A tensor of file shape `shape` stored in `slices`, which hold its elements in file order
     /// (a 3-D [n, rows, cols] tensor: n slices [rows x cols]), or only named and shaped when
     /// `slices` is empty (a tensor table).

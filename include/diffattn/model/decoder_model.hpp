@@ -94,12 +94,7 @@ public:
     /// Every tensor of model.safetensors with a writable view of its storage, in file order.
     ParameterList<T> parameters() {
         ParameterList<T> list;
-        list.add("model.embed_tokens.weight", embed_tokens);
-        for (std::size_t i = 0; i < layers.size(); ++i) {
-            layers[i].collect_parameters("model.layers." + std::to_string(i) + ".", list);
-        }
-        list.add("model.norm.weight", norm.weight);
-        if (!config_.tie_word_embeddings) list.add("lm_head.weight", lm_head);
+        list_tensors(config_, list, this);
         return list;
     }
 
@@ -107,14 +102,8 @@ public:
     /// allocated): the same names and shapes as parameters() of such a model. Validates `config`.
     static ParameterList<T> tensor_table(const ModelConfig& config) {
         config.validate();
-        const Index V = config.vocab_size, D = config.hidden_size;
         ParameterList<T> list;
-        list.add("model.embed_tokens.weight", V, D, nullptr);
-        for (Index i = 0; i < config.num_hidden_layers; ++i) {
-            DecoderLayer<T>::list_tensors(config, i, "model.layers." + std::to_string(i) + ".", list);
-        }
-        list.add("model.norm.weight", D, nullptr);
-        if (!config.tie_word_embeddings) list.add("lm_head.weight", V, D, nullptr);
+        list_tensors(config, list, nullptr);
         return list;
     }
 
@@ -279,6 +268,23 @@ public:
     }
 
 private:
+    /// The tensors of a model of `config` in file order, viewing the storage of `model`, or as
+    /// table entries only when `model` is null.
+    static void list_tensors(const ModelConfig& config, ParameterList<T>& list, DecoderModel* model) {
+        const Index V = config.vocab_size, D = config.hidden_size;
+        list.add("model.embed_tokens.weight", V, D, model ? &model->embed_tokens : nullptr);
+        for (Index i = 0; i < config.num_hidden_layers; ++i) {
+            const std::string prefix = "model.layers." + std::to_string(i) + ".";
+            if (model != nullptr) {
+                model->layers[static_cast<std::size_t>(i)].collect_parameters(prefix, list);
+            } else {
+                DecoderLayer<T>::list_tensors(config, i, prefix, list);
+            }
+        }
+        list.add("model.norm.weight", D, model ? &model->norm.weight : nullptr);
+        if (!config.tie_word_embeddings) list.add("lm_head.weight", V, D, model ? &model->lm_head : nullptr);
+    }
+
     /// X_0 = embed_tokens[tokens] into the state's residual stream; returns its first N rows [N x D].
     auto embed(const std::vector<Token>& tokens, ForwardState<T>& state) const {
         auto x = state.x.topRows(static_cast<Index>(tokens.size()));
