@@ -16,12 +16,12 @@
 //  - on the kernel tests' domain (finite values with |x| <= 1, |lambda| <= 1, scale <= 2.5 or
 //    the default, no or a consistent history) the output meets docs/math.md §7 against the plain
 //    reference (kernels/reference.hpp), with exactly the check of the kernel tests
-//    (tests/kernels/test_support.hpp: spec7_accuracy). Outside it the "2x the plain error"
+//    (tests/kernels/spec7_accuracy.hpp: spec7_accuracy). Outside it the "2x the plain error"
 //    bound is decided by the rounding luck of single rows (docs/fuzzing.md), so only the other
 //    checks apply there.
 #include "fuzz_support.hpp"
 
-// test_support.hpp is the kernel tests' helper header, written for Catch2; only its plain
+// test_support.hpp gathers the kernel tests' helper headers, written for Catch2; only their plain
 // functions (spec7_accuracy, Wide, forward_error_bound, cast_history) are used here.
 #include <catch2/catch.hpp>
 
