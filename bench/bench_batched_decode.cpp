@@ -8,7 +8,7 @@
 // a step is dominated by reading the weights, which a batch shares.
 //
 //   stream_read/threads:<T>     the yardstick: the bandwidth of a vectorised sum over 512 MB of
-//                               huge pages (bench_common.hpp).
+//                               huge pages (stream_yardstick.hpp).
 //   batched_decode/batch:<B>/context:<C>/threads:<T>
 //                               B sequences, each with its own cache holding C tokens (one prefill,
 //                               copied B times, outside the timing); each iteration is one

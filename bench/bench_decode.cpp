@@ -7,7 +7,7 @@
 // dint_mean (causal_mean), softmax, diff_v2.
 //
 //   stream_read/threads:<T>          the yardstick: a vectorised sum over a 512 MB buffer of huge
-//                                    pages (bench_common.hpp), split in T equal parts, one per
+//                                    pages (stream_yardstick.hpp), split in T equal parts, one per
 //                                    thread (each decode_cached benchmark measures it again
 //                                    around its loop: stream_GB/s).
 //   decode_cached/kind:<k>/context:<C>/threads:<T>     the cache holds `context` tokens (prefilled

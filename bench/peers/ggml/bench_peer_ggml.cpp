@@ -7,7 +7,7 @@
 // Shape (issue 20): one query row, S keys (default 8192), head dim 128, 16 heads (no GQA), no
 // mask (every key visible, as in a decode step), K and V in f32 or f16.
 //
-//   stream_read/threads:T                the yardstick: bench_common.hpp's vectorised sum over a
+//   stream_read/threads:T                the yardstick: stream_yardstick.hpp's vectorised sum over a
 //                                        512 MB buffer, T threads (as bench_decode's)
 //   ggml_decode/kv:<f32|f16>/threads:T   ggml_flash_attn_ext, graph planned once, a persistent
 //                                        ggml threadpool of T threads
