@@ -33,7 +33,7 @@ constexpr std::size_t kStreamBytes = std::size_t{512} << 20;
 /// sequential stream reads only about 2/3 of what one core can, so the roofline would sit too low
 /// (docs/benchmarks.md, "The yardstick over huge pages"). Where the advice is declined the buffer
 /// keeps 4 KB pages.
-const float* stream_buffer() {
+inline const float* stream_buffer() {
     static const std::unique_ptr<float, void (*)(void*)> buffer = [] {
         auto* data = static_cast<float*>(std::aligned_alloc(diffattn::kHugePageBytes, kStreamBytes));
         if (data == nullptr) throw std::bad_alloc();
@@ -66,11 +66,12 @@ inline double stream_buffer_huge_page_share() {
 
 /// One streaming read of the buffer's floats [offset, offset + count) on `threads` threads (equal
 /// parts): their sum.
-double stream_sum(int threads, diffattn::Index offset, diffattn::Index count) {
+inline double stream_sum(int threads, diffattn::Index offset, diffattn::Index count) {
     const float* buffer = stream_buffer() + offset;
     const diffattn::Index parts = threads, part = (count + parts - 1) / parts;
     std::vector<double> sums(static_cast<std::size_t>(parts), 0.0);
-    diffattn::detail::parallel_for(parts, threads, diffattn::detail::Schedule::equal_tasks, [&](diffattn::Index p, int) {
+    using diffattn::detail::Schedule;
+    diffattn::detail::parallel_for(parts, threads, Schedule::equal_tasks, [&](diffattn::Index p, int) {
         const diffattn::Index begin = p * part, n = std::min(part, count - begin);
         sums[static_cast<std::size_t>(p)] = Eigen::Map<const Eigen::VectorXf>(buffer + begin, n).sum();
     });
@@ -80,14 +81,14 @@ double stream_sum(int threads, diffattn::Index offset, diffattn::Index count) {
 }
 
 /// One streaming read of the whole buffer on `threads` threads (equal parts): its sum.
-double stream_sum(int threads) {
+inline double stream_sum(int threads) {
     return stream_sum(threads, 0, static_cast<diffattn::Index>(kStreamBytes / sizeof(float)));
 }
 
 /// Read bandwidth in bytes/s on `threads` threads, measured now: the best of 3 streaming reads
 /// (about 0.1 s). It also leaves the last-level cache holding the yardstick's buffer, not the
 /// operands of the next timed loop.
-double stream_bandwidth_now(int threads) {
+inline double stream_bandwidth_now(int threads) {
     stream_sum(threads);  // pages and thread team warm
     double best = 0;
     for (int pass = 0; pass < 3; ++pass) {
@@ -99,7 +100,7 @@ double stream_bandwidth_now(int threads) {
 }
 
 /// Read bandwidth in bytes/s on `threads` threads: stream_bandwidth_now(), measured once per run.
-double stream_bandwidth(int threads) {
+inline double stream_bandwidth(int threads) {
     static std::map<int, double> measured;
     auto found = measured.find(threads);
     if (found != measured.end()) return found->second;

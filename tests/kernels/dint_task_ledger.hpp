@@ -57,7 +57,9 @@ public:
                 if (task.index >= blocks(g)) problem << "no such block; ";
                 break;
         }
-        if (problem.tellp() > 0) problem << "(kind " << int(task.kind) << ", group " << g << ", index " << task.index << ")";
+        if (problem.tellp() > 0) {
+            problem << "(kind " << int(task.kind) << ", group " << g << ", index " << task.index << ")";
+        }
         return problem.str();
     }
 

@@ -9,7 +9,7 @@
 // (64-bit mantissa on x86-64, 11 more bits than double) and the additive term is docs/math.md §7's 1e-6
 // scaled by DBL_EPSILON / FLT_EPSILON (~1.9e-15, i.e. the same ~8 ulps of an O(1) output). Where
 // long double is no wider than double the double oracle would be itself, so the tests fall back to
-// an a-priori forward-error bound instead (see spec7_tolerance below).
+// an a-priori forward-error bound instead (spec7_accuracy's fallback_bound, forward_error_bound below).
 #pragma once
 
 #include <catch2/catch.hpp>
