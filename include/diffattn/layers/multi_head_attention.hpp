@@ -63,13 +63,7 @@ public:
     /// Shared DIFF merge (the factors may change).
     void collect_parameters(const std::string& prefix, ParameterList<T>& list) {
         unmerge();
-        list_tensors(config_, prefix, list, &weights_);
-    }
-
-    /// The model-file tensors of a module of `config` under `prefix` (AttentionWeights::list_tensors).
-    static void list_tensors(const AttentionConfig& config, const std::string& prefix, ParameterList<T>& list,
-                             AttentionWeights<T>* weights) {
-        AttentionWeights<T>::list_tensors(config, prefix, list, weights);
+        AttentionWeights<T>::list_tensors(config_, prefix, list, &weights_);
     }
 
     /// Number of parameters (AttentionConfig::parameter_count; merged Shared DIFF weights are a

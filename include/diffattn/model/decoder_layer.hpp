@@ -107,8 +107,8 @@ private:
     static void list_tensors(Index d_model, const AttentionConfig& attention, Index d_ff, MlpActivation activation,
                              const std::string& prefix, ParameterList<T>& list, DecoderLayer* layer) {
         list.add(prefix + "input_layernorm.weight", d_model, layer ? &layer->input_layernorm.weight : nullptr);
-        MultiHeadAttention<T>::list_tensors(attention, prefix + "self_attn.", list,
-                                            layer ? &layer->self_attn.weights() : nullptr);
+        AttentionWeights<T>::list_tensors(attention, prefix + "self_attn.", list,
+                                          layer ? &layer->self_attn.weights() : nullptr);
         list.add(prefix + "post_attention_layernorm.weight", d_model,
                  layer ? &layer->post_attention_layernorm.weight : nullptr);
         SwiGlu<T>::list_tensors(d_model, d_ff, activation, prefix + "mlp.", list, layer ? &layer->mlp : nullptr);
