@@ -5,6 +5,8 @@
 // (a column-major Ref over row-major data would silently copy).
 #pragma once
 
+#include "diffattn/core/x86_intrinsics.hpp"  // first: before Eigen includes the intrinsics
+
 #include <Eigen/Core>
 
 #include <cstdint>
