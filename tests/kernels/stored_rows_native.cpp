@@ -20,8 +20,7 @@ template <typename S>
 void check_every_pattern() {
     std::vector<S> all(65536);
     for (std::uint32_t bits = 0; bits < 65536; ++bits) {
-        const auto b = static_cast<std::uint16_t>(bits);
-        std::memcpy(&all[bits], &b, sizeof b);
+        all[bits] = Eigen::numext::bit_cast<S>(static_cast<std::uint16_t>(bits));
     }
     std::vector<float> widened(all.size() + 8);
     for (Index offset : {Index(0), Index(1), Index(5)}) {  // unaligned starts, all tail lengths
