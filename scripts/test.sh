@@ -13,7 +13,8 @@ jobs=$(nproc 2>/dev/null || echo 2)
 
 clear_foreign_build_dir "$build_dir" test.sh
 
-cmake --preset "$preset"
+# DIFFATTN_WARNINGS_AS_ERRORS=ON (as .ci/run sets it): a compiler warning fails the build.
+cmake --preset "$preset" -DDIFFATTN_WARNINGS_AS_ERRORS="${DIFFATTN_WARNINGS_AS_ERRORS:-OFF}"
 cmake --build --preset "$preset" -j "$jobs"
 cd "$build_dir"
 ctest --output-on-failure -j "$jobs"
