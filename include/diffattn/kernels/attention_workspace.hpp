@@ -95,7 +95,7 @@ public:
     /// rows keeps: DIFF's two maps (kernels/diff_few_rows.hpp), DINT causal_softmax's three
     /// (kernels/dint_few_rows.hpp).
     void reserve(Index seq_len_q, Index seq_len_kv, Index head_dim, Index value_dim, int threads = 1) {
-        const Index t = std::max(threads, 1);
+        const int t = std::max(threads, 1);
         if (blocks_.size() < static_cast<std::size_t>(t)) blocks_.resize(static_cast<std::size_t>(t));
         for (auto& block : blocks_) block.reserve(head_dim, value_dim);
         grow_to(block_row_sums_, query_block_count(seq_len_q), value_dim);
