@@ -5,6 +5,8 @@
 #include "diffattn/kernels/reference.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
 
+#include <optional>
+
 using namespace diffattn;
 using namespace diffattn::test;
 

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>

@@ -25,7 +25,6 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
-#include <optional>
 #include <type_traits>
 
 namespace diffattn::detail {
@@ -167,13 +166,16 @@ class LazyFinite {
 public:
     explicit LazyFinite(const Values& values) : values_(values) {}
     bool operator()() const {
-        if (!finite_) finite_ = all_finite(values_);
-        return *finite_;
+        if (known_ == Known::not_yet) known_ = all_finite(values_) ? Known::finite : Known::not_finite;
+        return known_ == Known::finite;
     }
 
 private:
+    // Not a std::optional<bool>: GCC 12 at -O3 warns that its flag "may be used uninitialized"
+    // wherever this is inlined, a false positive.
+    enum class Known : unsigned char { not_yet, finite, not_finite };
     const Values& values_;
-    mutable std::optional<bool> finite_;
+    mutable Known known_ = Known::not_yet;
 };
 
 /// Runs the online softmax of one query group [q_begin, q_begin + q_rows), q_rows <= kGroupRows,
