@@ -260,7 +260,7 @@ void BM_decode_paired(benchmark::State& state, int kind, Index context, int thre
     };
     const auto side_of = [&](KvPrecision precision) {
         return Side{model.make_cache(context + kDecodeSteps, precision),
-                    step_bytes(model, context + kDecodeSteps / 2, precision)};
+                    step_bytes(model, context + kDecodeSteps / 2, precision), {1}, {}};
     };
     Side sides[2] = {side_of(KvPrecision::f32), side_of(KvPrecision::f16)};
     std::vector<std::function<void()>> steps;
