@@ -9,6 +9,9 @@ config_json:  every tests/data/models/*/config.json, plus the bad and odd config
 kernels:      hand-made headers for fuzz_kernels.cpp (decode_case): each kernel, mask and DINT
               integral, tile-crossing sizes, and one input per kind of invalid call. Only the
               26 header bytes are written; the matrix values come from the decoder's stream.
+tokenizer:    a mode byte (fuzz_tokenizer.cpp), then: the two tokenizer.json of tests/data/text, tiny_gpt2's
+              with its pre-tokenizer's add_prefix_space set, and a few refused variants; the texts of
+              tests/data/text/tokenizer_goldens.json for either test tokenizer; a few id lists.
 Inputs found by fuzzing (regression inputs) live next to these as found_*; this script never
 deletes them.
 """
@@ -203,12 +206,53 @@ def kernel_seeds():
         write("kernels", f"seed_{name}.bin", data)
 
 
+TOKENIZER_JSON, TOKENIZER_TEXT, TOKENIZER_IDS = 0, 1, 5  # fuzz_tokenizer.cpp's mode byte (| 2: tiny_gpt2)
+
+
+def tokenizer_seeds():
+    text_dir = os.path.join(DATA, "text")
+    for name in ("tiny_llama3", "tiny_gpt2"):
+        with open(os.path.join(text_dir, name, "tokenizer.json"), "rb") as f:
+            raw = f.read()
+        write("tokenizer", f"json_{name}.json", bytes([TOKENIZER_JSON]) + raw)
+        if name != "tiny_gpt2":
+            continue  # the variants of the smaller file only: the corpus stays small
+        parsed = json.loads(raw)
+        variants = {
+            "prefix_space": ("pre_tokenizer", {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                                               "use_regex": True}),
+            "bad_normalizer": ("normalizer", {"type": "NFC"}),
+            "bad_split_removed": ("pre_tokenizer", {"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": "\\s+"}, "behavior": "Removed", "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}),
+            "bad_decoder": ("decoder", None),
+        }
+        for variant, (key, value) in variants.items():
+            changed = dict(parsed)
+            changed[key] = value
+            write("tokenizer", f"json_{name}_{variant}.json",
+                  bytes([TOKENIZER_JSON]) + json.dumps(changed, ensure_ascii=False).encode("utf-8"))
+        write("tokenizer", f"json_{name}_truncated.json", bytes([TOKENIZER_JSON]) + raw[: len(raw) // 2])
+    with open(os.path.join(text_dir, "tokenizer_goldens.json"), encoding="utf-8") as f:
+        cases = json.load(f)["cases"]
+    for case in cases:
+        text = case["text"].encode("utf-8", "surrogatepass")
+        for gpt2 in (0, 2):
+            write("tokenizer", f"text_{'gpt2' if gpt2 else 'llama3'}_{case['name']}.txt",
+                  bytes([TOKENIZER_TEXT | gpt2]) + text)
+    write("tokenizer", "text_invalid_utf8.txt", bytes([TOKENIZER_TEXT]) + b"ok \xc3( \xed\xa0\x80 \xff")
+    for gpt2 in (0, 2):
+        ids = struct.pack("<6I", 0, 1, 255, 256, 300, 0x7FFFFFFF)
+        write("tokenizer", f"ids_{'gpt2' if gpt2 else 'llama3'}.bin", bytes([TOKENIZER_IDS | gpt2]) + ids)
+
+
 def main():
-    for target in ("safetensors", "config_json", "kernels"):
+    for target in ("safetensors", "config_json", "kernels", "tokenizer"):
         os.makedirs(os.path.join(CORPUS, target), exist_ok=True)
     safetensors_seeds()
     config_seeds()
     kernel_seeds()
+    tokenizer_seeds()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds one libFuzzer target (the `fuzz` preset: clang 14, ASan + UBSan, build/fuzz) and runs it.
 #
-#   scripts/fuzz.sh TARGET [SECONDS]     TARGET: safetensors | config_json | kernels (SECONDS: 600)
+#   scripts/fuzz.sh TARGET [SECONDS]     TARGET: safetensors | config_json | kernels | tokenizer
+#                                        (SECONDS: 600)
 #
 # The fuzzer runs on a scratch copy of the seed corpus, build/fuzz-corpus/TARGET/ (what it adds
 # stays there, so fuzz/corpus/ does not grow with every run); crashing inputs are written to
@@ -13,16 +14,17 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/build-dir.sh
 
 usage() {
-  echo "usage: scripts/fuzz.sh safetensors|config_json|kernels [SECONDS]" >&2
+  echo "usage: scripts/fuzz.sh safetensors|config_json|kernels|tokenizer [SECONDS]" >&2
   exit 2
 }
 [[ $# -ge 1 && $# -le 2 ]] || usage
 target=$1
 seconds=${2:-600}
 [[ "$seconds" =~ ^[0-9]+$ ]] || usage
-# -max_len: a safetensors seed is up to ~38 KB (a whole model file); configs and kernel headers are small.
+# -max_len: a safetensors seed is up to ~38 KB (a whole model file), a tokenizer seed up to ~34 KB (a
+# tokenizer.json); configs and kernel headers are small.
 case "$target" in
-  safetensors) max_len=65536 ;;
+  safetensors | tokenizer) max_len=65536 ;;
   config_json) max_len=4096 ;;
   kernels) max_len=4096 ;;
   *) usage ;;
