@@ -4,7 +4,8 @@
     python3 fuzz/make_seed_corpus.py          (from the repository root)
 
 safetensors:  tests/data/safetensors/{good,bad}/* and two small model.safetensors of tests/data/models
-config_json:  every tests/data/models/*/config.json, plus the bad and odd configs of
+config_json:  every config.json of tests/data/models and tests/data/checkpoints (the released
+              families', and those refused), plus the bad and odd configs of
               tests/model/test_config_json.cpp and a few more (syntax, ranges, nesting)
 kernels:      hand-made headers for fuzz_kernels.cpp (decode_case): each kernel, mask and DINT
               integral, tile-crossing sizes, and one input per kind of invalid call. Only the
@@ -49,6 +50,12 @@ def config_seeds():
         path = os.path.join(models, model, "config.json")
         if os.path.isfile(path):
             shutil.copyfile(path, os.path.join(CORPUS, "config_json", f"model_{model}.json"))
+    checkpoints = os.path.join(DATA, "checkpoints")  # the released families', accepted and refused
+    for prefix, folder in (("checkpoint", checkpoints), ("refused", os.path.join(checkpoints, "refused"))):
+        for name in sorted(os.listdir(folder)):
+            path = os.path.join(folder, name, "config.json")
+            if os.path.isfile(path):
+                shutil.copyfile(path, os.path.join(CORPUS, "config_json", f"{prefix}_{name}.json"))
 
     base = {"attention": "diff", "hidden_size": 32, "num_attention_heads": 2, "num_hidden_layers": 2,
             "intermediate_size": 85, "vocab_size": 50}
