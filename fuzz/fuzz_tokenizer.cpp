@@ -50,7 +50,9 @@ void check_ids(const Tokenizer& tokenizer, const std::vector<std::int32_t>& ids,
         if (!diffattn_fuzz::succeeds_or_throws_error("decode", [&] { text = tokenizer.decode(ids, skip); })) {
             finding(what, ": decode of its own ids threw");
         }
-        if (diffattn::text::first_invalid_utf8(text) != std::string_view::npos) finding(what, ": decode gave invalid UTF-8");
+        if (diffattn::text::first_invalid_utf8(text) != std::string_view::npos) {
+            finding(what, ": decode gave invalid UTF-8");
+        }
     }
 }
 
@@ -79,7 +81,8 @@ void fuzz_tokenizer_json(const std::string& json_text) {
 void fuzz_text(const Tokenizer& tokenizer, std::string_view text) {
     const bool valid = diffattn::text::first_invalid_utf8(text) == std::string_view::npos;
     std::vector<std::int32_t> ids;
-    const bool encoded = diffattn_fuzz::succeeds_or_throws_error("encode", [&] { ids = tokenizer.encode(text, false); });
+    const bool encoded =
+        diffattn_fuzz::succeeds_or_throws_error("encode", [&] { ids = tokenizer.encode(text, false); });
     if (encoded != valid) finding(valid ? "encode refused valid UTF-8" : "encode accepted invalid UTF-8");
     if (!encoded) return;
     check_ids(tokenizer, ids, "encode");
