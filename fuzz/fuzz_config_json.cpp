@@ -90,16 +90,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::string text(reinterpret_cast<const char*>(data), size);
     std::vector<std::string> warnings;
     ModelConfig config;
-    CheckpointFamily family = CheckpointFamily::diffattn;
     try {
-        const std::string source = "fuzz config.json";
-        const nlohmann::json json = diffattn::detail::parse_json_text(text, source, max_config_json_depth, "a config");
-        config = checkpoint_config_from_json(json, &warnings, source);
-        family = detect_checkpoint_family(json, source);
+        config = checkpoint_config_from_json_text(text, &warnings, "fuzz config.json");  // as load() reads it
     } catch (const ConfigError&) {
         return 0;  // rejected: the one allowed failure
     } catch (const std::exception& e) {
-        finding("checkpoint_config_from_json threw something other than a ConfigError: ", e.what());
+        finding("checkpoint_config_from_json_text threw something other than a ConfigError: ", e.what());
     }
     try {
         config.validate();  // accepted configs are valid
@@ -108,7 +104,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     // Round trip of our own format: the written config reads back the same, without warnings. (A
     // released family's conventions have no place in it: model_config_to_json refuses them.)
-    if (family == CheckpointFamily::diffattn) {
+    if (config.conventions.family == CheckpointFamily::diffattn) {
         try {
             const std::string written = model_config_to_json(config).dump();
             std::vector<std::string> rewarnings;

@@ -283,13 +283,19 @@ inline ModelConfig checkpoint_config_from_json(const nlohmann::json& json, std::
     return detail::released_config_from_json(json, family, warnings, source);
 }
 
+/// checkpoint_config_from_json of config.json text (detail::parse_config_json_text's ConfigErrors too).
+inline ModelConfig checkpoint_config_from_json_text(const std::string& text,
+                                                    std::vector<std::string>* warnings = nullptr,
+                                                    const std::string& source = "config.json") {
+    return checkpoint_config_from_json(detail::parse_config_json_text(text, source), warnings, source);
+}
+
 /// Reads `path` (config.json of any supported family; the limits and FileErrors of
 /// read_model_config) into a validated ModelConfig.
 inline ModelConfig read_checkpoint_config(const std::filesystem::path& path, std::vector<std::string>* warnings = nullptr) {
     const std::string source = detail::concat("config.json \"", path.string(), "\"");
-    const std::string text = detail::read_text_file(path, source, max_config_json_bytes, "a config.json");
-    return checkpoint_config_from_json(
-        detail::parse_json_text(text, source, max_config_json_depth, "a config"), warnings, source);
+    return checkpoint_config_from_json_text(
+        detail::read_text_file(path, source, max_config_json_bytes, "a config.json"), warnings, source);
 }
 
 }  // namespace diffattn

@@ -108,12 +108,19 @@ inline constexpr int max_config_json_depth = 32;
 /// Largest config.json file read_model_config reads, in bytes (real ones are well under 4 KiB).
 inline constexpr std::uintmax_t max_config_json_bytes = 1 << 20;
 
+namespace detail {
+/// config.json text as one JSON value, of any family: ConfigError for text that is not strictly
+/// one JSON value or nests past max_config_json_depth (parse_json_text).
+inline nlohmann::json parse_config_json_text(const std::string& text, const std::string& source) {
+    return parse_json_text(text, source, max_config_json_depth, "a config");
+}
+}  // namespace detail
+
 /// Parses config.json text (see model_config_from_json). ConfigError for text that is not strictly
-/// one JSON value (detail::parse_json_text with max_config_json_depth).
+/// one JSON value (detail::parse_config_json_text).
 inline ModelConfig model_config_from_json_text(const std::string& text, std::vector<std::string>* warnings = nullptr,
                                                const std::string& source = "config.json") {
-    return model_config_from_json(detail::parse_json_text(text, source, max_config_json_depth, "a config"), warnings,
-                                  source);
+    return model_config_from_json(detail::parse_config_json_text(text, source), warnings, source);
 }
 
 /// Reads and parses a config.json file. FileError naming the file and the reason if it is missing,
