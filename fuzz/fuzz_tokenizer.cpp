@@ -21,8 +21,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #if !defined(DIFFATTN_FUZZ_TEXT_DATA_DIR)
@@ -40,20 +42,30 @@ const Tokenizer& test_tokenizer(bool gpt2) {
     return gpt2 ? tiny_gpt2 : llama3;
 }
 
-/// Every id names a token, and the decoded text, with and without the special tokens, is UTF-8.
-void check_ids(const Tokenizer& tokenizer, const std::vector<std::int32_t>& ids, const char* what) {
+/// decode(ids, skip), or nothing where it threw a diffattn::Error; a text that is not UTF-8 is a
+/// finding.
+std::optional<std::string> decode_to_utf8(const Tokenizer& tokenizer, const std::vector<std::int32_t>& ids, bool skip) {
+    std::string text;
+    if (!diffattn_fuzz::succeeds_or_throws_error("decode", [&] { text = tokenizer.decode(ids, skip); })) {
+        return std::nullopt;
+    }
+    if (diffattn::text::first_invalid_utf8(text) != std::string_view::npos) finding("decode gave invalid UTF-8");
+    return text;
+}
+
+/// Every id names a token, and the ids decode, with and without the special tokens; returns the
+/// text with them.
+std::string check_ids(const Tokenizer& tokenizer, const std::vector<std::int32_t>& ids, const char* what) {
     for (const std::int32_t id : ids) {
         if (!tokenizer.id_to_token(id)) finding(what, ": id ", id, " names no token");
     }
+    std::string with_special;
     for (const bool skip : {false, true}) {
-        std::string text;
-        if (!diffattn_fuzz::succeeds_or_throws_error("decode", [&] { text = tokenizer.decode(ids, skip); })) {
-            finding(what, ": decode of its own ids threw");
-        }
-        if (diffattn::text::first_invalid_utf8(text) != std::string_view::npos) {
-            finding(what, ": decode gave invalid UTF-8");
-        }
+        std::optional<std::string> text = decode_to_utf8(tokenizer, ids, skip);
+        if (!text) finding(what, ": decode of its own ids threw");
+        if (!skip) with_special = std::move(*text);
     }
+    return with_special;
 }
 
 void fuzz_tokenizer_json(const std::string& json_text) {
@@ -85,12 +97,12 @@ void fuzz_text(const Tokenizer& tokenizer, std::string_view text) {
         diffattn_fuzz::succeeds_or_throws_error("encode", [&] { ids = tokenizer.encode(text, false); });
     if (encoded != valid) finding(valid ? "encode refused valid UTF-8" : "encode accepted invalid UTF-8");
     if (!encoded) return;
-    check_ids(tokenizer, ids, "encode");
+    const std::string decoded = check_ids(tokenizer, ids, "encode");
     const bool added_token_matched = std::any_of(ids.begin(), ids.end(), [&](std::int32_t id) {
         const auto& added = tokenizer.added_tokens();
         return std::any_of(added.begin(), added.end(), [&](const auto& token) { return token.id == id; });
     });
-    if (!added_token_matched && tokenizer.decode(ids) != text) finding("decode(encode(text)) is not the text");
+    if (!added_token_matched && decoded != text) finding("decode(encode(text)) is not the text");
     const std::vector<std::int32_t> with_special = tokenizer.encode(text, true);
     if (!ids.empty() &&
         std::search(with_special.begin(), with_special.end(), ids.begin(), ids.end()) == with_special.end()) {
@@ -110,13 +122,8 @@ void fuzz_ids(const Tokenizer& tokenizer, const std::uint8_t* data, std::size_t 
         ids.push_back(id);
     }
     for (const bool skip : {false, true}) {
-        std::string text;
-        const bool decoded =
-            diffattn_fuzz::succeeds_or_throws_error("decode", [&] { text = tokenizer.decode(ids, skip); });
+        const bool decoded = decode_to_utf8(tokenizer, ids, skip).has_value();
         if (decoded != all_known) finding(all_known ? "decode refused known ids" : "decode accepted an unknown id");
-        if (decoded && diffattn::text::first_invalid_utf8(text) != std::string_view::npos) {
-            finding("decode gave invalid UTF-8");
-        }
     }
 }
 

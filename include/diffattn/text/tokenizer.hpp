@@ -48,8 +48,7 @@ public:
         const std::string source = diffattn::detail::concat("tokenizer.json \"", file.string(), "\"");
         const std::string text =
             diffattn::detail::read_text_file(file, source, max_tokenizer_json_bytes, "a tokenizer.json");
-        Tokenizer tokenizer = from_json(
-            diffattn::detail::parse_json_text(text, source, max_tokenizer_json_depth, "a tokenizer"), source);
+        Tokenizer tokenizer = from_json_text(text, source);
         const fs::path config_file = file.parent_path() / "tokenizer_config.json";
         if (fs::exists(config_file, error)) {
             const std::string config_source =
