@@ -188,6 +188,16 @@ TEST_CASE("load checks every tensor name and shape before allocating the model",
     const long long before_tiny = model_test::status_bytes("VmRSS");
     CHECK_THAT(load_error(dir.path()), Contains("do not belong together"));
     CHECK(model_test::status_bytes("VmHWM") - before_tiny < 32 * 1048576LL);
+
+    // The same with the parameters in ten million layers: refused before the names and shapes of
+    // every layer's tensors are listed (those alone took gigabytes).
+    config.vocab_size = 64;
+    config.num_hidden_layers = 10'000'000;
+    write_model_config(dir.path() / "config.json", config);
+    REQUIRE(model_test::reset_peak_rss());
+    const long long before_layers = model_test::status_bytes("VmRSS");
+    CHECK_THAT(load_error(dir.path()), Contains("do not belong together"));
+    CHECK(model_test::status_bytes("VmHWM") - before_layers < 32 * 1048576LL);
 }
 
 TEST_CASE("the tensors listed from a config are those of parameters()", "[model][files][parameters]") {

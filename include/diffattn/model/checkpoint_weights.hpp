@@ -38,14 +38,13 @@ inline void require_model_directory(const std::filesystem::path& dir) {
                        "\" does not exist or is not a directory");
 }
 
-/// Checks `files` against a model of `config` whose tensors are `table` (tensor_table(config)),
-/// allocating nothing: they must hold at least half of its parameters (else FileError "... do not
-/// belong together", naming config.json at `config_path` and the files), then every tensor of the
-/// table with exactly its shape and nothing else (tensors ending in the family's ignored suffix
-/// aside). FileError naming the file and the tensor.
-template <typename T>
-void check_checkpoint_tensors(const ModelConfig& config, const ParameterList<T>& table,
-                              const std::filesystem::path& config_path, const SafetensorsCheckpoint& files) {
+/// Checks, before anything of the model is built, that `files` hold at least half of the
+/// parameters of a model of `config` (else FileError "... do not belong together", naming
+/// config.json at `config_path` and the files). It comes before tensor_table(config), whose size
+/// grows with the layers config.json claims: a config.json of millions of layers beside a small
+/// file is refused at once, allocating nothing.
+inline void require_parameters_in_files(const ModelConfig& config, const std::filesystem::path& config_path,
+                                        const SafetensorsCheckpoint& files) {
     const char* ignored = tensor_names(config.conventions.family).ignored_suffix;
     std::uint64_t in_files = 0;  // elements of all tensors: <= the files' size / 2, cannot overflow
     for (const SafetensorsFile& file : files.files()) {
@@ -59,12 +58,21 @@ void check_checkpoint_tensors(const ModelConfig& config, const ParameterList<T>&
                        in_files, " in ", files.tensor_count(),
                        " tensors: most of the model is missing, so the two files do not belong together "
                        "(nothing was allocated)");
+}
+
+/// Checks `files` against a model of `config` whose tensors are `table` (tensor_table(config),
+/// after require_parameters_in_files), allocating nothing: every tensor of the table with exactly
+/// its shape and nothing else (tensors ending in the family's ignored suffix aside). FileError
+/// naming the file and the tensor.
+template <typename T>
+void check_checkpoint_tensors(const ModelConfig& config, const ParameterList<T>& table,
+                              const SafetensorsCheckpoint& files) {
     std::set<std::string> expected;
     for (const Parameter<T>& p : table) {
         files.require_tensor(p.name, p.shape);
         expected.insert(p.name);
     }
-    files.check_no_unexpected(expected, ignored);
+    files.check_no_unexpected(expected, tensor_names(config.conventions.family).ignored_suffix);
 }
 
 /// Converts every tensor of `list` from `source` (a SafetensorsFile or a SafetensorsCheckpoint:

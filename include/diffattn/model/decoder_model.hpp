@@ -71,7 +71,9 @@ public:
         const std::filesystem::path config_path = dir / "config.json";
         const ModelConfig config = read_checkpoint_config(config_path, warnings);
         const SafetensorsCheckpoint files(dir);
-        detail::check_checkpoint_tensors(config, tensor_table(config), config_path, files);
+        // The count first: the table's size follows the layers config.json claims.
+        detail::require_parameters_in_files(config, config_path, files);
+        detail::check_checkpoint_tensors(config, tensor_table(config), files);
         DecoderModel model(config);
         ParameterList<T> list = model.parameters();
         detail::read_parameters(list, files);
