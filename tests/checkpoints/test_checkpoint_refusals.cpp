@@ -211,6 +211,10 @@ TEST_CASE("released checkpoints: a truncated or malformed shard or index is refu
         json["weight_map"]["model.norm.weight"] = (dir / "model-00002-of-00002.safetensors").string();  // absolute
         write_text(index, json.dump());
         check_fragments(message_of<FileError>(load), {"not a file name inside the directory"});
+        // A NUL ends the name the system sees: the shard's own name with junk after one.
+        json["weight_map"]["model.norm.weight"] = std::string("model-00002-of-00002.safetensors\0junk", 37);
+        write_text(index, json.dump());
+        check_fragments(message_of<FileError>(load), {"not a file name inside the directory", "control character"});
     }
     SECTION("neither model.safetensors nor an index") {
         fs::remove(index);

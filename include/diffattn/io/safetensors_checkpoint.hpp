@@ -7,9 +7,9 @@
 // The index rules, each a FileError naming the index, the shard and the tensor:
 //   - both model.safetensors and the index present: ambiguous;
 //   - weight_map a non-empty object of strings; every shard a plain file name (no "/", "\",
-//     ".", "..", so no absolute path) of an existing regular file whose real path is inside the
-//     directory (a symbolic link may not lead out, except into the Hub cache's blobs/, where
-//     `snapshots/<revision>/` links every file);
+//     control character, ".", "..", so no absolute path) of an existing regular file whose real
+//     path is inside the directory (a symbolic link may not lead out, except into the Hub cache's
+//     blobs/, where `snapshots/<revision>/` links every file);
 //   - every tensor of every shard listed for that shard, no tensor in two shards, every listed
 //     tensor present. Shards the index does not name are not opened. `metadata.total_size` is
 //     informational.
@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -149,12 +150,16 @@ private:
         sharded_ = true;
         std::map<std::string, std::string> shards;  // shard -> a tensor the index lists for it (for messages)
         for (const auto& [tensor, shard] : weight_map) {
+            // A NUL would end the name the system sees, so a name with junk after one would open
+            // another file than the index names; no control character names a shard.
             const bool plain = !shard.empty() && shard != "." && shard != ".." &&
-                               shard.find_first_of("/\\") == std::string::npos;
+                               std::none_of(shard.begin(), shard.end(), [](char c) {
+                                   return c == '/' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+                               });
             if (!plain) {
                 fail("weight_map names ", detail::quote_json(shard), " for tensor ", detail::quote_json(tensor),
-                     ": not a file name inside the directory (a shard name has no \"/\" or \"\\\" and is not "
-                     "\".\" or \"..\")");
+                     ": not a file name inside the directory (a shard name has no \"/\", \"\\\" or control "
+                     "character and is not \".\" or \"..\")");
             }
             shards.emplace(shard, tensor);
         }
