@@ -561,6 +561,18 @@ TEST_CASE("NaN or Inf in weights", "[catalogue][nan]") {
     CHECK_FALSE(logits.col(5).allFinite());
     CHECK(logits.leftCols(5).allFinite());
     CHECK(logits.rightCols(26).allFinite());
+    // The one weight that is checked, when it is used: a layer's lambda, which its lambda_* vectors
+    // give and which the kernels require finite (docs/math.md §2.5). NaN in one of them, or a dot
+    // product whose exp overflows a float, names the layer.
+    for (const float bad : {std::numeric_limits<float>::quiet_NaN(), 1e3f}) {
+        DecoderModel<float> lambda_model = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 4);
+        for (Parameter<float>& p : lambda_model.parameters()) {
+            if (p.name == "model.layers.1.self_attn.lambda_q1") p.slices.front().map().setConstant(bad);
+            if (p.name == "model.layers.1.self_attn.lambda_k1") p.slices.front().map().setConstant(1.0f);
+        }
+        CHECK_ERROR(OptionError, lambda_model.logits({1, 2, 3}), "layer 1: lambda = exp(lambda_q1 . lambda_k1)",
+                    "not a finite float", "self_attn.lambda_* weights");
+    }
 }
 
 TEST_CASE("NaN logits in a ranking or greedy generation", "[catalogue][nan]") {

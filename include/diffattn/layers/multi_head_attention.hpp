@@ -88,7 +88,10 @@ public:
     bool merged() const { return merged_; }
 
     /// The layer's lambda (docs/math.md §2.5) for the DIFF family; 0 for softmax and diff_v2.
-    double lambda() const { return config_.has_lambda() ? weights_.lambda.value(config_.lambda_init()) : 0.0; }
+    /// OptionError naming the layer when its weights give no finite lambda (DiffLambda::checked_value).
+    double lambda() const {
+        return config_.has_lambda() ? weights_.lambda.template checked_value<T>(config_.lambda_init(), config_.depth) : 0.0;
+    }
 
     /// y = Attention(x) for one sequence of N tokens at positions 0 .. N-1.
     ///   x [N x D] (the module input, after input_layernorm), out [N x D] (caller-owned, must not
