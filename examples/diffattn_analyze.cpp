@@ -14,10 +14,12 @@
 #include "diffattn/analysis/attention_analysis.hpp"
 #include "diffattn/io/json_file.hpp"
 #include "diffattn/io/replace_file.hpp"
+#include "diffattn/io/safetensors_header.hpp"
 #include "diffattn/model/decoder_model.hpp"
 #include "diffattn/model/logit_ranking.hpp"
 
 #include "cli_support.hpp"
+#include "output_files.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -25,6 +27,7 @@
 #include <charconv>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <limits>
@@ -84,6 +87,8 @@ void print_help(std::ostream& out) {
            "  --json OUT       write every figure of every row, the per-layer means and the definitions.\n"
            "  --maps OUT_DIR   write the full maps of the kept rows, one JSON file per row (created;\n"
            "                   with --episodes, the first episode of each set).\n"
+           "                   --json and --maps write new files or replace the files an earlier\n"
+           "                   run wrote; never a file of the model's folder or anyone else's.\n"
            "  --precision P    float (default) or double.\n"
            "  --threads T      the forward's heads on T threads (OpenMP builds).\n"
            "\n"
@@ -177,7 +182,20 @@ struct Sequence {
 
 Index json_index(const nlohmann::json& j, const std::string& where) {
     if (!j.is_number_integer()) throw UsageError{where + " must be an integer, got " + j.dump()};
+    // An unsigned JSON number above the largest Index would wrap to a negative one.
+    if (j.is_number_unsigned() && j.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<Index>::max())) {
+        throw UsageError{where + " is " + j.dump() + ", far outside any sequence or vocabulary"};
+    }
     return j.get<Index>();
+}
+
+/// Member `key` of the JSON object `j` of an episodes file; UsageError naming `where` when `j` is
+/// not an object or has no such member.
+const nlohmann::json& json_member(const nlohmann::json& j, const char* key, const std::string& where) {
+    if (!j.is_object()) throw UsageError{where + " must be a JSON object, got " + detail::brief_json(j)};
+    const auto found = j.find(key);
+    if (found == j.end()) throw UsageError{where + " has no \"" + key + "\""};
+    return *found;
 }
 
 std::vector<Index> json_positions(const nlohmann::json& j, const std::string& where) {
@@ -201,29 +219,38 @@ std::vector<Sequence> read_episodes(const Options& o, Index vocab_size) {
     }
     std::vector<Sequence> out;
     bool set_found = false;
-    for (const nlohmann::json& set : doc["sets"]) {
-        const std::string name = set.value("name", "");
+    const nlohmann::json& sets = doc["sets"];
+    for (std::size_t set_index = 0; set_index < sets.size(); ++set_index) {
+        const nlohmann::json& set = sets[set_index];
+        const std::string set_where = source + ": set " + std::to_string(set_index);
+        if (!set.is_object()) throw UsageError{set_where + " must be a JSON object, got " + detail::brief_json(set)};
+        const auto name_entry = set.find("name");
+        if (name_entry != set.end() && !name_entry->is_string()) {
+            throw UsageError{set_where + ": \"name\" must be a string, got " + detail::brief_json(*name_entry)};
+        }
+        const std::string name = name_entry != set.end() ? name_entry->get<std::string>() : std::string();
         if (o.set_name && name != *o.set_name) continue;
         set_found = true;
-        const nlohmann::json& episodes = set.at("episodes");
+        const nlohmann::json& episodes = json_member(set, "episodes", set_where);
+        if (!episodes.is_array()) throw UsageError{set_where + ": \"episodes\" must be a list of episodes"};
         for (std::size_t e = 0; e < episodes.size(); ++e) {
             const nlohmann::json& ep = episodes[e];
-            const bool marked = ep.contains("answer") && ep.contains("noise");
             const std::string where = source + ": set \"" + name + "\" episode " + std::to_string(e);
+            const bool marked = ep.is_object() && ep.contains("answer") && ep.contains("noise");
             Sequence s{name + "/" + std::to_string(e), name, {}, {}, {}, marked};
-            for (const Index t : json_positions(ep.at("tokens"), where + " tokens")) {
+            for (const Index t : json_positions(json_member(ep, "tokens", where), where + " tokens")) {
                 if (t < 0 || t >= vocab_size) throw UsageError{where + ": token id " + std::to_string(t) + " outside the vocabulary"};
                 s.tokens.push_back(static_cast<Token>(t));
             }
-            const std::vector<Index> score = json_positions(ep.at("score_pos"), where + " score_pos");
-            const std::vector<Index> targets = json_positions(ep.at("targets"), where + " targets");
+            const std::vector<Index> score = json_positions(json_member(ep, "score_pos", where), where + " score_pos");
+            const std::vector<Index> targets = json_positions(json_member(ep, "targets", where), where + " targets");
             const nlohmann::json no_answers = nlohmann::json::array();
-            const nlohmann::json& answers = marked ? ep.at("answer") : no_answers;
+            const nlohmann::json& answers = marked ? ep["answer"] : no_answers;
             if (targets.size() != score.size() || score.empty() ||
                 (marked && (!answers.is_array() || answers.size() != score.size()))) {
                 throw UsageError{where + ": score_pos, targets (and answer) must have one entry per question"};
             }
-            const std::vector<Index> noise = marked ? json_positions(ep.at("noise"), where + " noise") : std::vector<Index>{};
+            const std::vector<Index> noise = marked ? json_positions(ep["noise"], where + " noise") : std::vector<Index>{};
             for (std::size_t r = 0; r < score.size(); ++r) {
                 s.rows.push_back(AnalysisRow{score[r], marked ? json_positions(answers[r], where + " answer") : std::vector<Index>{},
                                              noise, false});
@@ -261,11 +288,77 @@ nlohmann::json means_json(const RowMeans& means) {
 
 std::vector<double> as_vector(const Vector<double>& v) { return {v.data(), v.data() + v.size()}; }
 
-void write_json(const fs::path& path, const nlohmann::json& j) {
+/// Writes `j` to `path` (checked by check_output_file first), complete or not at all; `flag`
+/// starts any message.
+void write_json(const char* flag, const fs::path& path, const nlohmann::json& j) {
     const std::string text = j.dump(1) + "\n";
-    detail::ReplacingFile file(path, "diffattn-analyze");
+    detail::ReplacingFile file(path, flag);
     file.write(text.data(), text.size());
     file.commit();
+}
+
+/// The JSON object in the regular file `path`, or null when it holds none (not JSON, or over 1 GB:
+/// no output of this program).
+nlohmann::json json_object_in(const fs::path& path) {
+    std::error_code error;
+    const std::uintmax_t size = fs::file_size(path, error);
+    if (error || size > (std::uintmax_t(1) << 30)) return nullptr;
+    std::ifstream in(path, std::ios::binary);
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    return j.is_object() ? j : nlohmann::json();
+}
+
+/// An earlier output of --json: an object of format diffattn-analysis-1.
+bool is_analysis_json(const fs::path& path) {
+    const nlohmann::json j = json_object_in(path);
+    return j.is_object() && j.value("format", nlohmann::json()) == "diffattn-analysis-1";
+}
+
+/// An earlier output of --maps: an object with the members a map file has.
+bool is_map_json(const fs::path& path) {
+    const nlohmann::json j = json_object_in(path);
+    return j.is_object() && j.contains("sequence") && j.contains("attention") && j.contains("position") &&
+           j.contains("layers");
+}
+
+/// The file --maps writes for row `position` of `s`: "<name>_row<position>.json", each "/" of the
+/// name (an episode is "<set>/<index>") as "_".
+std::string map_file_name(const Sequence& s, Index position) {
+    std::string file = s.name + "_row" + std::to_string(position) + ".json";
+    std::replace(file.begin(), file.end(), '/', '_');
+    return file;
+}
+
+/// Checks every file --json and --maps will write, before anything is computed or written, then
+/// makes the --maps folder.
+void prepare_outputs(const Options& o, const std::vector<Sequence>& sequences) {
+    std::vector<fs::path> inputs{o.model_dir};
+    if (o.episodes_path) inputs.emplace_back(*o.episodes_path);
+    if (o.json_path) cli::check_output_file("--json", *o.json_path, inputs, is_analysis_json);
+    if (!o.maps_dir) return;
+    const fs::path maps(*o.maps_dir);
+    std::error_code error;
+    const fs::file_status status = fs::status(maps, error);
+    if (status.type() != fs::file_type::not_found && status.type() != fs::file_type::directory) {
+        throw UsageError{"--maps: \"" + maps.string() + "\" is not a folder"};
+    }
+    std::set<std::string> files;
+    for (const Sequence& s : sequences) {
+        for (const AnalysisRow& row : s.rows) {
+            if (!row.keep_maps) continue;
+            const std::string file = map_file_name(s, row.position);
+            if (!files.insert(file).second) {
+                throw UsageError{"--maps: two rows would write \"" + file + "\" (sequence \"" + s.name +
+                                 "\"): give the sets names that differ after \"/\" becomes \"_\""};
+            }
+            cli::check_output_file("--maps", maps / file, inputs, is_map_json, maps);
+            if (o.json_path && fs::path(*o.json_path).lexically_normal() == (maps / file).lexically_normal()) {
+                throw UsageError{"--json: \"" + *o.json_path + "\" is also a file of --maps"};
+            }
+        }
+    }
+    fs::create_directories(maps, error);
+    if (error || !fs::is_directory(maps)) throw UsageError{"--maps: cannot make the folder \"" + maps.string() + "\""};
 }
 
 void print_means(const std::string& title, const RowMeans& means) {
@@ -331,23 +424,12 @@ int run(const Options& o) {
     for (const Sequence& s : sequences) {
         max_len = std::max<Index>(max_len, static_cast<Index>(s.tokens.size()));
         try {
-            check_rows("diffattn-analyze", s.rows, static_cast<Index>(s.tokens.size()));
+            check_rows(s.name.c_str(), s.rows, static_cast<Index>(s.tokens.size()));  // "<name>: rows[r] ..."
         } catch (const Error& e) {
-            throw UsageError{s.name + ": " + e.what()};
+            throw UsageError{e.what()};
         }
     }
-    if (o.json_path) {  // checked now: the file itself is written only at the end
-        const fs::path parent = fs::path(*o.json_path).parent_path();
-        std::error_code error;
-        if (!parent.empty() && !fs::is_directory(parent, error)) {
-            throw UsageError{"--json: the folder \"" + parent.string() + "\" of \"" + *o.json_path + "\" does not exist"};
-        }
-    }
-    if (o.maps_dir) {
-        std::error_code error;
-        fs::create_directories(*o.maps_dir, error);
-        if (error || !fs::is_directory(*o.maps_dir)) throw UsageError{"--maps: cannot make the folder \"" + *o.maps_dir + "\""};
-    }
+    prepare_outputs(o, sequences);
 
     int threads = o.threads;
 #if !defined(DIFFATTN_HAS_OPENMP)
@@ -403,9 +485,7 @@ int run(const Options& o) {
                         {{"head", m.head}, {"weight", result.at(m.layer, m.head, m.row).weight}, {"a1", as_vector(m.a1)},
                          {"a2", as_vector(m.a2)}, {"integral", as_vector(m.integral)}, {"combined", as_vector(m.combined)}});
                 }
-                std::string file = s.name + "_row" + std::to_string(s.rows[r].position) + ".json";
-                std::replace(file.begin(), file.end(), '/', '_');
-                write_json(fs::path(*o.maps_dir) / file,
+                write_json("--maps", fs::path(*o.maps_dir) / map_file_name(s, s.rows[r].position),
                            {{"sequence", s.name}, {"attention", to_string(config.attention)}, {"position", s.rows[r].position},
                             {"tokens", s.tokens}, {"answer", s.rows[r].answer}, {"noise", s.rows[r].noise},
                             {"lambda", result.lambda}, {"layers", layers}});
@@ -460,7 +540,7 @@ int run(const Options& o) {
         if (questions > 0) {
             doc["accuracy"] = {{"correct", correct}, {"total", questions}, {"sets", accuracy_sets}};
         }
-        write_json(*o.json_path, doc);
+        write_json("--json", *o.json_path, doc);
         std::cout << "wrote " << *o.json_path << "\n";
     }
     return 0;

@@ -56,11 +56,13 @@
 #endif
 
 #include "cli_support.hpp"
+#include "output_files.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <new>
@@ -72,6 +74,7 @@
 namespace {
 
 using namespace diffattn;
+using cli::check_output_file;
 using cli::parse_integer;
 using cli::parse_real;
 using cli::parse_tokens;
@@ -136,7 +139,8 @@ void print_help(std::ostream& out) {
            "  --tokenize         with --prompt: print only the ids, one line\n"
            "                     \"tokens: <id> <id> ...\", and exit (the weights are not read).\n"
            "  --logits FILE      write the logits [tokens, vocab] as F32 tensor `logits` to a\n"
-           "                     safetensors file.\n"
+           "                     safetensors file: a new one, or one an earlier --logits wrote;\n"
+           "                     never a file of the model's folder or anyone else's.\n"
            "  --threads T        run attention heads on T threads (OpenMP builds; default 1).\n"
            "                     The results do not depend on T.\n"
            "  --precision P      float (default) or double.\n"
@@ -333,9 +337,27 @@ private:
 };
 #endif
 
+/// An earlier output of --logits: a safetensors file whose one tensor is "logits".
+bool is_logits_file(const std::filesystem::path& path) {
+    try {
+        const SafetensorsFile file(path);
+        return file.tensors().size() == 1 && file.tensors().count("logits") == 1;
+    } catch (const diffattn::Error&) {
+        return false;
+    }
+}
+
 template <typename T>
 int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const std::vector<Token>& prompt_ids,
         const Ranks& ranks) {
+    // 0. Where the logits go, before anything is read or computed: never over an input or a file
+    //    this program did not write (output_files.hpp).
+    if (options.logits_path) {
+        std::vector<std::filesystem::path> inputs;
+        if (options.model_dir) inputs.emplace_back(*options.model_dir);
+        check_output_file("--logits", *options.logits_path, inputs, is_logits_file);
+    }
+
     // 1. The model.
     std::vector<std::string> warnings;
     const DecoderModel<T> model = options.model_dir ? DecoderModel<T>::load(*options.model_dir, &warnings)
@@ -372,12 +394,16 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
     if (ranks.distributed && options.generate > 0) {
         throw UsageError{"--generate does not run across ranks (mpirun): only one forward does"};
     }
+    std::vector<Token> stop_tokens;  // a checkpoint's end-of-sequence ids end a generation early
     if (options.generate > 0) {
         try {
             check_generate(model, n, options.generate, options.use_cache, options.kv_cache);
         } catch (const OptionError& e) {  // an encoder or DINT global_mean model with the cache
             throw UsageError{std::string("--generate: ") + e.what() + "; add --no-cache"};
         }
+        // generation_config.json, else config.json: read now, so that a bad one stops the run
+        // before anything is printed or written.
+        if (options.model_dir) stop_tokens = read_eos_token_ids(*options.model_dir);
     }
 
     std::cout << "model: " << (options.model_dir ? *options.model_dir : std::string("embedded demo model (seed 1234)"))
@@ -445,8 +471,7 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
         generation.use_cache = options.use_cache;
         generation.kv_precision = options.kv_cache;
         generation.threads = threads;
-        // A checkpoint's end-of-sequence ids (generation_config.json, else config.json) end it early.
-        if (options.model_dir) generation.stop_tokens = read_eos_token_ids(*options.model_dir);
+        generation.stop_tokens = stop_tokens;
         const Index count = generation.max_new_tokens;
         const SamplingOptions& sampling = options.sampling;
         std::ostringstream how;

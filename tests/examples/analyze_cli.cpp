@@ -190,3 +190,89 @@ TEST_CASE("diffattn-analyze: misuse exits 2 with a message before anything is wr
     CHECK_FALSE(fs::exists(out));
     CHECK_FALSE(fs::exists(dir.path() / "missing"));
 }
+
+namespace {
+
+/// An episodes file of one episode per set name, each of `model_dir("diff")`'s vocabulary.
+void write_episodes(const fs::path& path, const std::vector<std::string>& set_names) {
+    json sets = json::array();
+    for (const std::string& name : set_names) {
+        sets.push_back({{"name", name},
+                        {"episodes", {{{"tokens", {1, 2, 3, 4, 5, 6}}, {"score_pos", {5}}, {"targets", {3}},
+                                       {"answer", {{1}}}, {"noise", {2, 3}}}}}});
+    }
+    std::ofstream(path) << json{{"format", "diffattn-retrieval-episodes-1"}, {"sets", sets}}.dump();
+}
+
+}  // namespace
+
+TEST_CASE("diffattn-analyze: --json and --maps replace only their own earlier outputs", "[examples][cli][analysis]") {
+    // Every target is checked before anything is computed or written: a refused run leaves no file.
+    const std::string model = model_dir("diff");
+    model_test::TempDir dir;
+    const fs::path out = dir.path() / "out.json", maps = dir.path() / "maps", episodes = dir.path() / "episodes.json";
+    const fs::path notes = dir.path() / "notes.json";
+    std::ofstream(notes) << "{\"mine\": true}";
+    write_episodes(episodes, {"a"});
+    const std::vector<std::string> tokens = {"--model", model, "--tokens", "1 2 3 4", "--rows", "all"};
+    const auto with = [&](std::vector<std::string> args) {
+        args.insert(args.begin(), tokens.begin(), tokens.end());
+        return run_analyze(args);
+    };
+
+    check_refused(with({"--json", (fs::path(model) / "analysis.json").string()}), {"--json", "is in the model's folder"});
+    check_refused(with({"--json", notes.string()}), {"--json", "exists and is not an earlier output of --json"});
+    CHECK(cli_test::read_all(notes) == "{\"mine\": true}");
+    check_refused(run_analyze({"--model", model, "--episodes", episodes.string(), "--json", episodes.string()}),
+                  {"--json", "is an input of this run"});
+    // --json a folder after --maps: checked first, so no map is written (the maps folder not even made).
+    check_refused(with({"--maps", maps.string(), "--json", dir.path().string()}), {"--json", "is a directory"});
+    CHECK_FALSE(fs::exists(maps));
+    // Names that a file system does not take, or two rows to one file.
+    write_episodes(episodes, {std::string("model.safetensors\0x", 19)});
+    check_refused(run_analyze({"--model", model, "--episodes", episodes.string(), "--maps", maps.string()}),
+                  {"--maps", "\\u0000", "has a control character in its name"});
+    write_episodes(episodes, {"a", std::string(300, 'x')});
+    check_refused(run_analyze({"--model", model, "--episodes", episodes.string(), "--maps", maps.string()}),
+                  {"--maps", "a file name takes at most 255"});
+    write_episodes(episodes, {"a/b", "a_b"});
+    check_refused(run_analyze({"--model", model, "--episodes", episodes.string(), "--maps", maps.string()}),
+                  {"--maps", "two rows would write \"a_b_0_row5.json\""});
+    CHECK_FALSE(fs::exists(maps));
+    // A map file of someone else's in the maps folder stays.
+    fs::create_directories(maps);
+    std::ofstream(maps / "tokens_row0.json") << "{}";
+    check_refused(with({"--maps", maps.string()}), {"--maps", "tokens_row0.json", "is not an earlier output"});
+    CHECK(cli_test::read_all(maps / "tokens_row0.json") == "{}");
+    fs::remove(maps / "tokens_row0.json");
+
+    // Their own earlier outputs are replaced.
+    REQUIRE(with({"--maps", maps.string(), "--json", out.string()}).status == 0);
+    const Run again = with({"--maps", maps.string(), "--json", out.string()});
+    INFO(again.err);
+    CHECK(again.status == 0);
+    CHECK(read_json(out).at("format") == "diffattn-analysis-1");
+}
+
+TEST_CASE("diffattn-analyze: a malformed episodes file is named where it is wrong", "[examples][cli][analysis]") {
+    const std::string model = model_dir("diff");
+    model_test::TempDir dir;
+    const fs::path episodes = dir.path() / "episodes.json";
+    const auto refused = [&](const json& sets, std::initializer_list<const char*> fragments) {
+        std::ofstream(episodes) << json{{"format", "diffattn-retrieval-episodes-1"}, {"sets", sets}}.dump();
+        const Run run = run_analyze({"--model", model, "--episodes", episodes.string()});
+        check_refused(run, fragments);
+        CHECK(run.err.find("json.exception") == std::string::npos);  // not nlohmann's own words
+    };
+    refused(json::array({5}), {"set 0 must be a JSON object, got 5"});
+    refused(json::array({{{"name", 5}, {"episodes", json::array()}}}), {"set 0: \"name\" must be a string"});
+    refused(json::array({{{"name", "a"}}}), {"set 0 has no \"episodes\""});
+    refused(json::array({{{"name", "a"}, {"episodes", 5}}}), {"\"episodes\" must be a list of episodes"});
+    refused(json::array({{{"name", "a"}, {"episodes", {5}}}}), {"set \"a\" episode 0 must be a JSON object"});
+    refused(json::array({{{"name", "a"}, {"episodes", {{{"score_pos", {0}}, {"targets", {1}}}}}}}),
+            {"set \"a\" episode 0 has no \"tokens\""});
+    // An id above the largest signed integer is named as written, not wrapped to a negative one.
+    refused(json::array({{{"name", "a"},
+                          {"episodes", {{{"tokens", {18446744073709551615ULL}}, {"score_pos", {0}}, {"targets", {1}}}}}}}),
+            {"tokens[0] is 18446744073709551615"});
+}

@@ -162,9 +162,50 @@ TEST_CASE("diffattn-forward: --generate with the cache on an encoder exits 2 bef
     CHECK(run_forward({"--model", dir.path().string(), "--generate", "2", "--tokens", "1 2", "--no-cache"}).status == 0);
 }
 
-TEST_CASE("diffattn-forward: a file error while writing exits 2", "[examples][cli]") {
+TEST_CASE("diffattn-forward: --logits replaces only its own earlier output", "[examples][cli]") {
+    // Checked before the model is read: never a file of the model's folder, never a file this
+    // program did not write, never something that is not a regular file.
     model_test::TempDir dir;
-    check_refused(run_forward({"--logits", dir.path().string()}), {"write_safetensors", dir.path().string().c_str()});
+    const fs::path model = dir.path() / "model", other = dir.path() / "notes.txt", out = dir.path() / "out.safetensors";
+    fs::create_directories(model);
+    write_nan_model(model, 16, [](Index) { return false; });
+    const std::string model_bytes = cli_test::read_all(model / "model.safetensors");
+    std::ofstream(other) << "not ours";
+    const std::string m = model.string();
+
+    for (const char* name : {"model.safetensors", "config.json", "new.safetensors"}) {
+        const Run run = run_forward({"--model", m, "--tokens", "1 2", "--logits", (model / name).string()});
+        check_refused(run, {"--logits", name, "is in the model's folder"});
+        CHECK(run.out.empty());
+    }
+    CHECK(cli_test::read_all(model / "model.safetensors") == model_bytes);
+    CHECK_FALSE(fs::exists(model / "new.safetensors"));
+    check_refused(run_forward({"--model", m, "--tokens", "1 2", "--logits", other.string()}),
+                  {"--logits", "notes.txt", "exists and is not an earlier output of --logits"});
+    CHECK(cli_test::read_all(other) == "not ours");
+    check_refused(run_forward({"--logits", dir.path().string()}), {"--logits", "is a directory"});
+    check_refused(run_forward({"--logits", (dir.path() / "missing" / "x.safetensors").string()}),
+                  {"--logits", "a folder that does not exist"});
+
+    // Its own earlier output is replaced: a safetensors file whose one tensor is "logits".
+    REQUIRE(run_forward({"--model", m, "--tokens", "1 2", "--logits", out.string()}).status == 0);
+    REQUIRE(run_forward({"--model", m, "--tokens", "1 2 3", "--logits", out.string()}).status == 0);
+    CHECK(SafetensorsFile(out).info("logits").shape == std::vector<Index>{3, 16});
+    // A safetensors file of other tensors is not one.
+    check_refused(run_forward({"--logits", (model / "model.safetensors").string(), "--tokens", "1"}),
+                  {"exists and is not an earlier output of --logits"});
+}
+
+TEST_CASE("diffattn-forward: a bad generation_config.json stops the run before --logits", "[examples][cli]") {
+    model_test::TempDir dir;
+    const fs::path model = dir.path() / "model", out = dir.path() / "out.safetensors";
+    fs::create_directories(model);
+    write_nan_model(model, 16, [](Index) { return false; });
+    std::ofstream(model / "generation_config.json") << "{\"eos_token_id\": -1}";
+    const Run run = run_forward({"--model", model.string(), "--tokens", "1 2", "--generate", "2", "--logits", out.string()});
+    check_refused(run, {"generation_config.json", "eos_token_id"});
+    CHECK(run.out.empty());
+    CHECK_FALSE(fs::exists(out));
 }
 
 namespace {
