@@ -23,6 +23,7 @@
 #include "cli_support.hpp"
 
 #include <diffattn/core/isa.hpp>
+#include <diffattn/core/memory_limit.hpp>
 #include <diffattn/model/decoder_model.hpp>
 #include <diffattn/model/generate.hpp>
 
@@ -203,6 +204,16 @@ std::string spread(std::vector<double> values, double scale, const char* unit) {
     return text;
 }
 
+/// The decode steps' tokens/s as text, or that there were none (one new token each: every token
+/// came from a prefill).
+std::string decode_rate(const Run& run) {
+    if (run.decoded == 0) return "no decode steps (each token came from its prompt's prefill)";
+    char text[64];
+    std::snprintf(text, sizeof text, "decode steps alone %.1f tokens/s",
+                  static_cast<double>(run.decoded) / run.decode_seconds);
+    return text;
+}
+
 void report(const char* name, const Run& run, const std::vector<Request>& requests, Index new_tokens) {
     const Index generated = static_cast<Index>(requests.size()) * new_tokens;
     std::vector<double> latency, per_token;
@@ -210,9 +221,9 @@ void report(const char* name, const Run& run, const std::vector<Request>& reques
         latency.push_back(r.finished);
         per_token.push_back(r.finished / static_cast<double>(new_tokens));
     }
-    std::printf("%s: %ld tokens in %.2f s: %.1f tokens/s; decode steps alone %.1f tokens/s\n", name,
+    std::printf("%s: %ld tokens in %.2f s: %.1f tokens/s; %s\n", name,
                 static_cast<long>(generated), run.seconds, static_cast<double>(generated) / run.seconds,
-                static_cast<double>(run.decoded) / run.decode_seconds);
+                decode_rate(run).c_str());
     std::printf("  latency per request (min / median / max): %s; per generated token: %s\n",
                 spread(latency, 1e3, "ms").c_str(), spread(per_token, 1e3, "ms").c_str());
 }
@@ -233,6 +244,12 @@ int run_program(const Options& o) {
     }
     // The sizes, checked as generate() checks them, before anything is allocated.
     for (const Request& r : requests) check_generate(model, static_cast<Index>(r.prompt.size()), o.new_tokens);
+    // ... and the batch's caches together: serve() keeps `batch` of them, each for the longest prompt.
+    std::size_t longest = 0;
+    for (const Request& r : requests) longest = std::max(longest, r.prompt.size());
+    const Index cache_len = static_cast<Index>(longest) + o.new_tokens - 1;
+    diffattn::require_memory(static_cast<long double>(o.batch) * KvCache<float>::bytes(model.config(), cache_len),
+                             "--batch ", o.batch, ": its KV caches of ", cache_len, " tokens each");
 
     std::printf("diffattn batched generation (%s): %ld requests, prompts of %ld-%ld tokens, %ld new tokens each, "
                 "batch %ld, %d thread(s)\n",
@@ -246,10 +263,13 @@ int run_program(const Options& o) {
         std::vector<Request> alone = requests;
         const Run one = serve(model, alone, 1, o.new_tokens, o.threads);
         report("one at a time", one, alone, o.new_tokens);
-        std::printf("speed-up of batch %ld over batch 1: %.2fx overall, %.2fx in the decode steps\n",
-                    static_cast<long>(o.batch), one.seconds / run.seconds,
-                    (static_cast<double>(run.decoded) / run.decode_seconds) /
-                        (static_cast<double>(one.decoded) / one.decode_seconds));
+        std::printf("speed-up of batch %ld over batch 1: %.2fx overall", static_cast<long>(o.batch),
+                    one.seconds / run.seconds);
+        if (run.decoded > 0 && one.decoded > 0) {
+            std::printf(", %.2fx in the decode steps", (static_cast<double>(run.decoded) / run.decode_seconds) /
+                                                           (static_cast<double>(one.decoded) / one.decode_seconds));
+        }
+        std::printf("\n");
     }
     if (o.verify) {
         Index agree = 0;

@@ -5,11 +5,14 @@
 #include <diffattn/core/isa.hpp>
 #include <diffattn/diffattn.hpp>
 
+#include "cli_support.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <ostream>
 #include <random>
 #include <string>
 
@@ -36,28 +39,28 @@ double best_time(const std::function<void()>& run) {
     return best;
 }
 
-int usage(const char* message) {
-    std::cerr << "diffattn-kernel-demo: " << message << "\nusage: diffattn-kernel-demo [--n N] [--head-dim D] [--seed S]\n";
-    return 2;
+void print_help(std::ostream& out) {
+    out << "diffattn-kernel-demo: single-head DIFF / DINT kernels on random inputs, each against the reference\n"
+           "usage: diffattn-kernel-demo [--n N] [--head-dim D] [--seed S]\n"
+           "  --n N           tokens (queries = keys), 1 to 65536 (default 1024)\n"
+           "  --head-dim D    d of Q and K (V has 2d), 1 to 1024 (default 64)\n"
+           "  --seed S        the inputs' seed (default 42)\n"
+           "Exit status: 0 on success, 2 for any error, before anything is computed.\n";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_demo(int argc, char** argv) {
     Index n = 1024, d = 64;
     unsigned seed = 42;
-    for (int i = 1; i < argc; ++i) {
-        const std::string flag = argv[i];
-        if (flag == "--help" || flag == "-h") return usage("single-head DIFF / DINT kernels on random inputs"), 0;
-        if (i + 1 >= argc) return usage(("missing value after " + flag).c_str());
-        char* end = nullptr;
-        const long value = std::strtol(argv[++i], &end, 10);
-        if (*end != '\0' || value <= 0 || value > (1 << 16)) return usage(("bad value for " + flag).c_str());
-        if (flag == "--n") n = value;
-        else if (flag == "--head-dim") d = value;
-        else if (flag == "--seed") seed = static_cast<unsigned>(value);
-        else return usage(("unknown flag " + flag).c_str());
+    cli::Flags flags(argc, argv, print_help);
+    while (flags.next()) {
+        const std::string& flag = flags.flag();
+        if (flag == "--n") n = cli::parse_integer("--n", flags.value(), 1, Index{1} << 16);
+        else if (flag == "--head-dim") d = cli::parse_integer("--head-dim", flags.value(), 1, 1024);
+        else if (flag == "--seed") seed = static_cast<unsigned>(cli::parse_integer("--seed", flags.value(), 0, 4294967295LL));
+        else throw cli::UsageError{"unknown argument \"" + flag + "\""};
     }
+    // Q1, Q2, K1, K2 [n x d], V and the output [n x 2d], the workspace's tiles: about 16 n d floats.
+    diffattn::require_memory<diffattn::ShapeError>(16.0L * n * d * sizeof(float), "--n ", n, " with --head-dim ", d);
 
     std::mt19937 rng(seed);
     // One differential head of the DIFF Transformer layout: Q1, Q2, K1, K2 of width d, V of width 2d.
@@ -123,4 +126,10 @@ int main(int argc, char** argv) {
     std::printf("(reference checked on the first %ld tokens; GFLOP/s counts QK^T + PV of each map)\n",
                 static_cast<long>(check));
     return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    return cli::run_main("diffattn-kernel-demo", [&] { return run_demo(argc, argv); });
 }
