@@ -645,7 +645,9 @@ TEST_CASE("invalid kernel options", "[catalogue][options]") {
                 "0 <= valid_len <= S");
     o = {};
     o.threads = 0;
-    CHECK_ERROR(OptionError, softmax_attention(q, k, v, out, o), "threads must be >= 1, got 0");
+    CHECK_ERROR(OptionError, softmax_attention(q, k, v, out, o), "threads must be in [1, 1024], got 0");
+    o.threads = 100000;  // each thread's scratch is sized before the call: refused, not allocated
+    CHECK_ERROR(OptionError, softmax_attention(q, k, v, out, o), "threads must be in [1, 1024], got 100000");
 }
 
 TEST_CASE("empty sequence", "[catalogue][empty]") {

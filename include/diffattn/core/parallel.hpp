@@ -8,6 +8,7 @@
 // depends on its thread count, never joins in.)
 #pragma once
 
+#include "diffattn/core/error.hpp"
 #include "diffattn/core/types.hpp"
 
 #include <algorithm>
@@ -18,6 +19,17 @@
 #endif
 
 namespace diffattn::detail {
+
+/// The most threads a call or a state takes: more than the machines this runs on have, and few
+/// enough that their scratch (one kernel workspace each, sized before the call) stays small.
+inline constexpr int kMaxThreads = 1024;
+
+/// OptionError "<function>: threads must be in [1, kMaxThreads], got <threads>" unless it is. The
+/// one check of a thread count that a caller gives (kernel options, a ForwardState).
+inline void require_thread_count(const char* function, int threads) {
+    require<OptionError>(threads >= 1 && threads <= kMaxThreads, function, ": threads must be in [1, ", kMaxThreads,
+                         "], got ", threads);
+}
 
 /// Threads this build can use: `requested` (at least 1) with OpenMP, 1 without.
 inline int available_threads(int requested) {

@@ -259,7 +259,7 @@ ResolvedOptions check_attention(const char* function, const char* q_name, const 
     require_no_alias(function, "out", out, k_name, k);
     require_no_alias(function, "out", out, v_name, v);
 
-    require<OptionError>(options.threads >= 1, function, ": threads must be >= 1, got ", options.threads);
+    require_thread_count(function, options.threads);
     ResolvedOptions resolved{options.mask, k.rows(), 0.0, available_threads(options.threads)};
     if (options.valid_len) {
         resolved.valid_len = *options.valid_len;

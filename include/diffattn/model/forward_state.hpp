@@ -26,9 +26,10 @@ struct ForwardState {
     ForwardState() = default;
 
     /// Buffers for calls of up to max_len tokens; heads and products run on `threads` threads
-    /// (with OpenMP; 1 otherwise). Throws what check(config, max_len) throws, before allocating.
+    /// (with OpenMP; 1 otherwise). Throws what check(config, max_len) throws, or OptionError for
+    /// threads outside [1, detail::kMaxThreads], before allocating.
     ForwardState(const ModelConfig& config, Index max_len, int threads = 1)
-        : x(checked(config, max_len), config.hidden_size),
+        : x(checked(config, max_len, threads), config.hidden_size),
           normed(max_len, config.hidden_size),
           logits(max_len, config.vocab_size),
           layer(config, max_len, threads),
@@ -86,7 +87,8 @@ struct ForwardState {
     }
 
 private:
-    static Index checked(const ModelConfig& config, Index max_len) {
+    static Index checked(const ModelConfig& config, Index max_len, int threads) {
+        detail::require_thread_count("ForwardState", threads);  // one kernel workspace per thread
         check(config, max_len);
         return max_len;
     }
