@@ -13,6 +13,7 @@
 //           path with a real error (a wrong position, a missed history row) is off by >= 1e-3.
 //   golden: cached logits against the PyTorch golden files with test_golden_models' tolerances
 //           (double 1e-9 m, float 64 eps_float m).
+#include "../error_messages.hpp"
 #include "golden_files.hpp"
 #include "model_files.hpp"
 
@@ -564,4 +565,24 @@ TEMPLATE_TEST_CASE("greedy generation runs with half-precision caches", "[model]
         }, [](Token) {});
         CHECK(ids.size() == 6);
     }
+}
+
+TEST_CASE("a moved-from cache holds no tokens and is refused, not read", "[model][kv_cache]") {
+    // Its storage goes with the move; the count of tokens it held must go too.
+    const DecoderModel<float> model = DecoderModel<float>::seeded(test::tiny_config(AttentionKind::dint, 32), 42);
+    KvCache<float> cache = model.make_cache(19);
+    ForwardState<float> state = model.make_state(19);
+    model.forward(std::vector<Token>(19, 1), state, &cache);
+    const RowMatrix<float> keys = cache.keys(1);
+    KvCache<float> moved = std::move(cache);
+    CHECK(moved.length() == 19);
+    CHECK(moved.keys(1) == keys);
+    CHECK(cache.length() == 0);  // NOLINT(bugprone-use-after-move): the moved-from state is the point
+    CHECK_ERROR(ShapeError, cache.keys(0), "KvCache: it holds no storage (it was moved from)");
+    CHECK_ERROR(ShapeError, model.forward(std::vector<Token>{1}, state, &cache), "holds 0 of at most 0 tokens");
+    KvCache<float> assigned = model.make_cache(4);
+    assigned = std::move(moved);
+    CHECK(assigned.length() == 19);
+    CHECK(moved.length() == 0);  // NOLINT(bugprone-use-after-move)
+    CHECK_ERROR(ShapeError, moved.values(0), "it holds no storage");
 }

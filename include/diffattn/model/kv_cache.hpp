@@ -71,6 +71,27 @@ public:
         rotary_ = RotaryTable<T>(attention.rotary(), max_len);
     }
 
+    /// A move leaves `other` holding no tokens (length() 0): its storage went with the move, so
+    /// nothing may read the tokens it counted.
+    KvCache(KvCache&& other) noexcept
+        : config_(std::move(other.config_)), precision_(other.precision_), f32_(std::move(other.f32_)),
+          f16_(std::move(other.f16_)), bf16_(std::move(other.bf16_)), dint_(std::move(other.dint_)),
+          rotary_(std::move(other.rotary_)), length_(std::exchange(other.length_, 0)) {}
+    KvCache& operator=(KvCache&& other) noexcept {
+        if (this == &other) return *this;
+        config_ = std::move(other.config_);
+        precision_ = other.precision_;
+        f32_ = std::move(other.f32_);
+        f16_ = std::move(other.f16_);
+        bf16_ = std::move(other.bf16_);
+        dint_ = std::move(other.dint_);
+        rotary_ = std::move(other.rotary_);
+        length_ = std::exchange(other.length_, 0);
+        return *this;
+    }
+    KvCache(const KvCache&) = default;
+    KvCache& operator=(const KvCache&) = default;
+
     /// The configuration the cache was made for.
     const ModelConfig& config() const { return config_; }
     /// The scalar keys and values are stored in.

@@ -14,6 +14,7 @@
 #include "diffattn/layers/attention_config.hpp"
 
 #include <cstddef>
+#include <utility>
 
 namespace diffattn::detail {
 
@@ -23,8 +24,19 @@ public:
     using Scalar = S;
 
     KvStore() = default;
-    KvStore(KvStore&&) noexcept = default;
-    KvStore& operator=(KvStore&&) noexcept = default;
+    /// A move leaves `other` empty (no buffer, no layers), not with sizes that describe a buffer it
+    /// no longer has (Eigen's move assignment swaps buffers).
+    KvStore(KvStore&& other) noexcept { *this = std::move(other); }
+    KvStore& operator=(KvStore&& other) noexcept {
+        if (this == &other) return *this;
+        buffer_ = std::exchange(other.buffer_, Vector<S>());
+        layers_ = std::exchange(other.layers_, 0);
+        key_rows_ = std::exchange(other.key_rows_, 0);
+        value_rows_ = std::exchange(other.value_rows_, 0);
+        d_ = std::exchange(other.d_, 0);
+        dv_ = std::exchange(other.dv_, 0);
+        return *this;
+    }
     /// A copy whose buffer asks for huge pages as allocate()'s does (a batch's caches are often
     /// copies of one prefilled cache).
     KvStore(const KvStore& other)
@@ -68,6 +80,7 @@ private:
     Index layer_entries() const { return key_rows_ * d_ + value_rows_ * dv_; }
     /// Where layer `layer`'s keys start in the buffer.
     Index keys_at(Index layer) const {
+        require<ShapeError>(layers_ > 0, "KvCache: it holds no storage (it was moved from)");
         require<ShapeError>(layer >= 0 && layer < layers_, "KvCache: layer ", layer, " is not one of its ", layers_,
                             " layers");
         return layer * layer_entries();
