@@ -183,7 +183,8 @@ struct Sequence {
 Index json_index(const nlohmann::json& j, const std::string& where) {
     if (!j.is_number_integer()) throw UsageError{where + " must be an integer, got " + j.dump()};
     // An unsigned JSON number above the largest Index would wrap to a negative one.
-    if (j.is_number_unsigned() && j.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<Index>::max())) {
+    const auto largest = static_cast<std::uint64_t>(std::numeric_limits<Index>::max());
+    if (j.is_number_unsigned() && j.get<std::uint64_t>() > largest) {
         throw UsageError{where + " is " + j.dump() + ", far outside any sequence or vocabulary"};
     }
     return j.get<Index>();
@@ -250,7 +251,8 @@ std::vector<Sequence> read_episodes(const Options& o, Index vocab_size) {
                 (marked && (!answers.is_array() || answers.size() != score.size()))) {
                 throw UsageError{where + ": score_pos, targets (and answer) must have one entry per question"};
             }
-            const std::vector<Index> noise = marked ? json_positions(ep["noise"], where + " noise") : std::vector<Index>{};
+            const std::vector<Index> noise =
+                marked ? json_positions(ep["noise"], where + " noise") : std::vector<Index>{};
             for (std::size_t r = 0; r < score.size(); ++r) {
                 s.rows.push_back(AnalysisRow{score[r], marked ? json_positions(answers[r], where + " answer") : std::vector<Index>{},
                                              noise, false});

@@ -56,7 +56,7 @@ int run_demo(int argc, char** argv) {
         const std::string& flag = flags.flag();
         if (flag == "--n") n = cli::parse_integer("--n", flags.value(), 1, Index{1} << 16);
         else if (flag == "--head-dim") d = cli::parse_integer("--head-dim", flags.value(), 1, 1024);
-        else if (flag == "--seed") seed = static_cast<unsigned>(cli::parse_integer("--seed", flags.value(), 0, 4294967295LL));
+        else if (flag == "--seed") seed = static_cast<unsigned>(cli::parse_integer(flag, flags.value(), 0, 0xffffffff));
         else throw cli::UsageError{"unknown argument \"" + flag + "\""};
     }
     // Q1, Q2, K1, K2 [n x d], V and the output [n x 2d], the workspace's tiles: about 16 n d floats.

@@ -51,7 +51,9 @@ inline void check_output_file(const std::string& flag, const std::filesystem::pa
     const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
     std::error_code error;
     if (folder_made_later.empty() || folder != folder_made_later) {
-        if (!fs::is_directory(folder, error)) refuse("is in a folder that does not exist (\"" + folder.string() + "\")");
+        if (!fs::is_directory(folder, error)) {
+            refuse("is in a folder that does not exist (\"" + folder.string() + "\")");
+        }
     }
     for (const fs::path& input : inputs) {
         if (fs::is_directory(input, error)) {

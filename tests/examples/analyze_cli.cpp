@@ -220,7 +220,8 @@ TEST_CASE("diffattn-analyze: --json and --maps replace only their own earlier ou
         return run_analyze(args);
     };
 
-    check_refused(with({"--json", (fs::path(model) / "analysis.json").string()}), {"--json", "is in the model's folder"});
+    check_refused(with({"--json", (fs::path(model) / "analysis.json").string()}),
+                  {"--json", "is in the model's folder"});
     check_refused(with({"--json", notes.string()}), {"--json", "exists and is not an earlier output of --json"});
     CHECK(cli_test::read_all(notes) == "{\"mine\": true}");
     check_refused(run_analyze({"--model", model, "--episodes", episodes.string(), "--json", episodes.string()}),
@@ -272,7 +273,7 @@ TEST_CASE("diffattn-analyze: a malformed episodes file is named where it is wron
     refused(json::array({{{"name", "a"}, {"episodes", {{{"score_pos", {0}}, {"targets", {1}}}}}}}),
             {"set \"a\" episode 0 has no \"tokens\""});
     // An id above the largest signed integer is named as written, not wrapped to a negative one.
-    refused(json::array({{{"name", "a"},
-                          {"episodes", {{{"tokens", {18446744073709551615ULL}}, {"score_pos", {0}}, {"targets", {1}}}}}}}),
+    const json huge_token = {{"tokens", {18446744073709551615ULL}}, {"score_pos", {0}}, {"targets", {1}}};
+    refused(json::array({{{"name", "a"}, {"episodes", {huge_token}}}}),
             {"tokens[0] is 18446744073709551615"});
 }

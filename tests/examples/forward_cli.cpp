@@ -202,7 +202,8 @@ TEST_CASE("diffattn-forward: a bad generation_config.json stops the run before -
     fs::create_directories(model);
     write_nan_model(model, 16, [](Index) { return false; });
     std::ofstream(model / "generation_config.json") << "{\"eos_token_id\": -1}";
-    const Run run = run_forward({"--model", model.string(), "--tokens", "1 2", "--generate", "2", "--logits", out.string()});
+    const Run run =
+        run_forward({"--model", model.string(), "--tokens", "1 2", "--generate", "2", "--logits", out.string()});
     check_refused(run, {"generation_config.json", "eos_token_id"});
     CHECK(run.out.empty());
     CHECK_FALSE(fs::exists(out));

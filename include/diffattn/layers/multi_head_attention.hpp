@@ -90,7 +90,8 @@ public:
     /// The layer's lambda (docs/math.md §2.5) for the DIFF family; 0 for softmax and diff_v2.
     /// OptionError naming the layer when its weights give no finite lambda (DiffLambda::checked_value).
     double lambda() const {
-        return config_.has_lambda() ? weights_.lambda.template checked_value<T>(config_.lambda_init(), config_.depth) : 0.0;
+        if (!config_.has_lambda()) return 0.0;
+        return weights_.lambda.template checked_value<T>(config_.lambda_init(), config_.depth);
     }
 
     /// y = Attention(x) for one sequence of N tokens at positions 0 .. N-1.
