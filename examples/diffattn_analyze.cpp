@@ -27,7 +27,6 @@
 #include <charconv>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <limits>
@@ -299,15 +298,19 @@ void write_json(const char* flag, const fs::path& path, const nlohmann::json& j)
     file.commit();
 }
 
-/// The JSON object in the regular file `path`, or null when it holds none (not JSON, or over 1 GB:
-/// no output of this program).
+/// The JSON object in the regular file `path`, or null when it holds none: not strict JSON, nested
+/// deeper than any output of this program (8 levels), or over 1 GB. The same reader as the
+/// episodes file's, so that a hostile file in an output's place costs no deep recursion.
 nlohmann::json json_object_in(const fs::path& path) {
-    std::error_code error;
-    const std::uintmax_t size = fs::file_size(path, error);
-    if (error || size > (std::uintmax_t(1) << 30)) return nullptr;
-    std::ifstream in(path, std::ios::binary);
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    return j.is_object() ? j : nlohmann::json();
+    try {
+        const std::string source = "\"" + path.string() + "\"";
+        nlohmann::json j = detail::parse_json_text<FileError>(
+            detail::read_text_file(path, source, std::uintmax_t(1) << 30, "an output of this program"), source, 16,
+            "an output of this program");
+        return j.is_object() ? j : nlohmann::json();
+    } catch (const diffattn::Error&) {
+        return nlohmann::json();
+    }
 }
 
 /// An earlier output of --json: an object of format diffattn-analysis-1.

@@ -224,6 +224,15 @@ TEST_CASE("diffattn-analyze: --json and --maps replace only their own earlier ou
                   {"--json", "is in the model's folder"});
     check_refused(with({"--json", notes.string()}), {"--json", "exists and is not an earlier output of --json"});
     CHECK(cli_test::read_all(notes) == "{\"mine\": true}");
+    // A file nested 200000 levels deep in --json's place is refused, not parsed recursively (it
+    // crashed the program with SIGSEGV).
+    const fs::path deep = dir.path() / "deep.json";
+    std::string nested;
+    for (int level = 0; level < 200000; ++level) nested += "{\"a\":";
+    nested += "1" + std::string(200000, '}');
+    std::ofstream(deep) << nested;
+    check_refused(with({"--json", deep.string()}), {"--json", "exists and is not an earlier output of --json"});
+    CHECK(cli_test::read_all(deep) == nested);
     check_refused(run_analyze({"--model", model, "--episodes", episodes.string(), "--json", episodes.string()}),
                   {"--json", "is an input of this run"});
     // --json a folder after --maps: checked first, so no map is written (the maps folder not even made).
