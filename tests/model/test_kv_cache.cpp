@@ -570,7 +570,7 @@ TEMPLATE_TEST_CASE("greedy generation runs with half-precision caches", "[model]
 TEST_CASE("a moved-from cache holds no tokens and is refused, not read", "[model][kv_cache]") {
     // Its storage goes with the move; the count of tokens it held must go too.
     const DecoderModel<float> model = DecoderModel<float>::seeded(test::tiny_config(AttentionKind::dint, 32), 42);
-    KvCache<float> cache = model.make_cache(19);
+    KvCache<float> cache = model.make_cache(24);
     ForwardState<float> state = model.make_state(19);
     model.forward(std::vector<Token>(19, 1), state, &cache);
     const RowMatrix<float> keys = cache.keys(1);
@@ -585,4 +585,16 @@ TEST_CASE("a moved-from cache holds no tokens and is refused, not read", "[model
     CHECK(assigned.length() == 19);
     CHECK(moved.length() == 0);  // NOLINT(bugprone-use-after-move)
     CHECK_ERROR(ShapeError, moved.values(0), "it holds no storage");
+    CHECK_ERROR(ShapeError, model.forward(std::vector<Token>{1}, state, &moved), "it holds no storage");
+
+    // Moved onto itself (std::swap(a, a) does that) a cache keeps its tokens and its DINT histories:
+    // a defaulted move would have emptied the vector of histories and kept the count.
+    KvCache<float>& same = assigned;
+    assigned = std::move(same);
+    CHECK(assigned.length() == 19);
+    CHECK(assigned.keys(1) == keys);
+    ForwardState<float> one_more = model.make_state(1);
+    KvCache<float> copy = assigned;
+    const RowMatrix<float> next = model.forward(std::vector<Token>{2}, one_more, &assigned);
+    CHECK(next == model.forward(std::vector<Token>{2}, one_more, &copy));
 }
