@@ -314,6 +314,11 @@ TEST_CASE("analysis rows and spans are checked", "[analysis]") {
     rows[0].answer = {2, 3};
     rows[0].noise = {5, 4};
     CHECK_ERROR(OptionError, analyzer.run(model, tokens, rows, result), "rows[0].noise[1] is 4 after 5");
+    rows[0].noise = {0, 1, 3, 8};  // 3 is also an answer position
+    CHECK_ERROR(OptionError, analyzer.run(model, tokens, rows, result),
+                "rows[0].answer[1] and noise[2] are both position 3; a position is answer or noise, not both");
+    rows[0].noise = {0, 1, 4, 8};
+    analyzer.run(model, tokens, rows, result);
     CHECK_ERROR(ShapeError, analyzer.run(model, seeded_tokens(17, 64, 2), rows_at({1}), result), "17 tokens but the analyzer holds at most 16");
     const DecoderModel<float> other = DecoderModel<float>::seeded(test::tiny_config(AttentionKind::softmax, 64), 1);
     CHECK_ERROR(ShapeError, analyzer.run(other, tokens, rows_at({1}), result), "made for another configuration");

@@ -21,8 +21,9 @@ struct AnalysisRow {
 
 /// Throws unless `rows` fit a sequence of `seq_len` tokens: every position and every answer and
 /// noise position in [0, seq_len) (ShapeError naming the row, the list, the value and the
-/// sequence), row positions strictly increasing, and each answer and noise list strictly
-/// increasing (OptionError naming them). `function` starts the message.
+/// sequence), row positions strictly increasing, each answer and noise list strictly increasing,
+/// and no position in both lists of a row, whose mass the measure would count as answer and as
+/// noise (OptionError naming them). `function` starts the message.
 inline void check_rows(const char* function, const std::vector<AnalysisRow>& rows, Index seq_len) {
     const auto check_list = [&](std::size_t r, const char* list_name, const std::vector<Index>& list) {
         for (std::size_t i = 0; i < list.size(); ++i) {
@@ -43,6 +44,13 @@ inline void check_rows(const char* function, const std::vector<AnalysisRow>& row
                              "; rows must be strictly increasing");
         check_list(r, "answer", rows[r].answer);
         check_list(r, "noise", rows[r].noise);
+        const std::vector<Index>& answer = rows[r].answer;
+        const std::vector<Index>& noise = rows[r].noise;
+        for (std::size_t a = 0, b = 0; a < answer.size() && b < noise.size();) {  // both sorted: one merge
+            require<OptionError>(answer[a] != noise[b], function, ": rows[", r, "].answer[", a, "] and noise[", b,
+                                 "] are both position ", answer[a], "; a position is answer or noise, not both");
+            answer[a] < noise[b] ? ++a : ++b;
+        }
     }
 }
 
