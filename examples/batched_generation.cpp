@@ -237,19 +237,26 @@ int run_program(const Options& o) {
     std::mt19937 rng(o.seed);
     std::uniform_int_distribution<Index> length(o.min_prompt, o.max_prompt);
     std::uniform_int_distribution<Token> token(0, static_cast<Token>(vocab - 1));
-    std::vector<Request> requests(static_cast<std::size_t>(o.requests));
-    for (Request& r : requests) {
-        r.prompt.resize(static_cast<std::size_t>(length(rng)));
-        for (Token& t : r.prompt) t = token(rng);
-    }
-    // The sizes, checked as generate() checks them, before anything is allocated.
-    for (const Request& r : requests) check_generate(model, static_cast<Index>(r.prompt.size()), o.new_tokens);
-    // ... and the batch's caches together: serve() keeps `batch` of them, each for the longest prompt.
-    std::size_t longest = 0;
-    for (const Request& r : requests) longest = std::max(longest, r.prompt.size());
-    const Index cache_len = static_cast<Index>(longest) + o.new_tokens - 1;
+    // The sizes first, checked as generate() checks them, before anything is allocated: the prompts'
+    // lengths, then the prompts' tokens.
+    std::vector<Index> prompt_lengths(static_cast<std::size_t>(o.requests));
+    for (Index& n : prompt_lengths) n = length(rng);
+    for (Index n : prompt_lengths) check_generate(model, n, o.new_tokens);
+    // ... the batch's caches together: serve() keeps `batch` of them, each for the longest prompt ...
+    const Index longest = *std::max_element(prompt_lengths.begin(), prompt_lengths.end());
+    const Index cache_len = longest + o.new_tokens - 1;
     diffattn::require_memory(static_cast<long double>(o.batch) * KvCache<float>::bytes(model.config(), cache_len),
                              "--batch ", o.batch, ": its KV caches of ", cache_len, " tokens each");
+    // ... and the prompts, held three times (the requests, the batched run's copy, --compare's).
+    long double prompt_tokens = 0;
+    for (Index n : prompt_lengths) prompt_tokens += static_cast<long double>(n);
+    diffattn::require_memory(3 * prompt_tokens * sizeof(Token), "--requests ", o.requests, ": their prompts of ",
+                             o.min_prompt, "-", o.max_prompt, " tokens, held three times");
+    std::vector<Request> requests(static_cast<std::size_t>(o.requests));
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        requests[i].prompt.resize(static_cast<std::size_t>(prompt_lengths[i]));
+        for (Token& t : requests[i].prompt) t = token(rng);
+    }
 
     std::printf("diffattn batched generation (%s): %ld requests, prompts of %ld-%ld tokens, %ld new tokens each, "
                 "batch %ld, %d thread(s)\n",
