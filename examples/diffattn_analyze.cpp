@@ -27,6 +27,7 @@
 #include <charconv>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <limits>
@@ -208,10 +209,14 @@ std::vector<Index> json_positions(const nlohmann::json& j, const std::string& wh
 /// The episodes of an episode file (format diffattn-retrieval-episodes-1). Episodes that mark
 /// answer and noise positions are analysed at their scored rows; the others (accuracy sets) only
 /// score the argmax there.
+/// At most 64 MB (the shipped evaluation episodes are 0.4 MB): its JSON tree takes up to ~16x the
+/// file's bytes.
+constexpr std::uintmax_t kMaxEpisodesFileBytes = std::uintmax_t(64) << 20;
+
 std::vector<Sequence> read_episodes(const Options& o, Index vocab_size) {
     const std::string source = "episodes file \"" + *o.episodes_path + "\"";
     const nlohmann::json doc = detail::parse_json_text<FileError>(
-        detail::read_text_file(*o.episodes_path, source, std::uintmax_t(1) << 30, "an episodes file"), source, 16,
+        detail::read_text_file(*o.episodes_path, source, kMaxEpisodesFileBytes, "an episodes file"), source, 16,
         "an episodes file");
     if (!doc.is_object() || doc.value("format", "") != "diffattn-retrieval-episodes-1" || !doc.contains("sets") ||
         !doc["sets"].is_array()) {
@@ -219,6 +224,7 @@ std::vector<Sequence> read_episodes(const Options& o, Index vocab_size) {
     }
     std::vector<Sequence> out;
     bool set_found = false;
+    std::set<std::string> set_names;
     const nlohmann::json& sets = doc["sets"];
     for (std::size_t set_index = 0; set_index < sets.size(); ++set_index) {
         const nlohmann::json& set = sets[set_index];
@@ -229,6 +235,11 @@ std::vector<Sequence> read_episodes(const Options& o, Index vocab_size) {
             throw UsageError{set_where + ": \"name\" must be a string, got " + detail::brief_json(*name_entry)};
         }
         const std::string name = name_entry != set.end() ? name_entry->get<std::string>() : std::string();
+        // Sets are reported, averaged and named in --maps files by name: two of one name would merge.
+        if (!set_names.insert(name).second) {
+            throw UsageError{set_where + ": another set is also named " + detail::quote_json(name) +
+                             "; give each set its own name"};
+        }
         if (o.set_name && name != *o.set_name) continue;
         set_found = true;
         const nlohmann::json& episodes = json_member(set, "episodes", set_where);
@@ -298,32 +309,73 @@ void write_json(const char* flag, const fs::path& path, const nlohmann::json& j)
     file.commit();
 }
 
-/// The JSON object in the regular file `path`, or null when it holds none: not strict JSON, nested
-/// deeper than any output of this program (8 levels), or over 1 GB. The same reader as the
-/// episodes file's, so that a hostile file in an output's place costs no deep recursion.
-nlohmann::json json_object_in(const fs::path& path) {
-    try {
-        const std::string source = "\"" + path.string() + "\"";
-        nlohmann::json j = detail::parse_json_text<FileError>(
-            detail::read_text_file(path, source, std::uintmax_t(1) << 30, "an output of this program"), source, 16,
-            "an output of this program");
-        return j.is_object() ? j : nlohmann::json();
-    } catch (const diffattn::Error&) {
-        return nlohmann::json();
+/// The top level of a JSON document, read in one streaming pass that keeps nothing below it: whether
+/// it is an object, the names of its members and its "format" string. Recognising an earlier output
+/// (which can be hundreds of MB) so costs neither a tree in memory nor a deep recursion.
+class TopLevelMembers final : public nlohmann::json::json_sax_t {
+public:
+    bool is_object = false;
+    std::set<std::string> names;  // the first kMaxNames: an output of ours has a handful
+    std::string format;
+
+    bool null() override { return true; }
+    bool boolean(bool) override { return true; }
+    bool number_integer(number_integer_t) override { return true; }
+    bool number_unsigned(number_unsigned_t) override { return true; }
+    bool number_float(number_float_t, const string_t&) override { return true; }
+    bool binary(binary_t&) override { return true; }
+    bool string(string_t& value) override {
+        if (depth_ == 1 && key_ == "format") format = value;
+        return true;
     }
+    bool key(string_t& name) override {
+        if (depth_ != 1) return true;
+        key_ = name;
+        if (names.size() < kMaxNames) names.insert(name);
+        return true;
+    }
+    bool start_object(std::size_t) override { return open(true); }
+    bool start_array(std::size_t) override { return open(false); }
+    bool end_object() override { return close(); }
+    bool end_array() override { return close(); }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception&) override { return false; }
+
+private:
+    static constexpr std::size_t kMaxNames = 64;
+    bool open(bool object) {
+        if (depth_ == 0) is_object = object;
+        ++depth_;
+        return depth_ == 1 ? object : true;  // a document that is not an object: stop reading
+    }
+    bool close() {
+        --depth_;
+        key_.clear();
+        return true;
+    }
+    std::size_t depth_ = 0;
+    std::string key_;
+};
+
+/// The top level of the regular file `path` when it is one JSON object (syntax checked to the end),
+/// else nullopt.
+std::optional<TopLevelMembers> top_level_of(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    TopLevelMembers members;
+    if (!in || !nlohmann::json::sax_parse(in, &members) || !members.is_object) return std::nullopt;
+    return members;
 }
 
 /// An earlier output of --json: an object of format diffattn-analysis-1.
 bool is_analysis_json(const fs::path& path) {
-    const nlohmann::json j = json_object_in(path);
-    return j.is_object() && j.value("format", nlohmann::json()) == "diffattn-analysis-1";
+    const std::optional<TopLevelMembers> top = top_level_of(path);
+    return top && top->format == "diffattn-analysis-1";
 }
 
 /// An earlier output of --maps: an object with the members a map file has.
 bool is_map_json(const fs::path& path) {
-    const nlohmann::json j = json_object_in(path);
-    return j.is_object() && j.contains("sequence") && j.contains("attention") && j.contains("position") &&
-           j.contains("layers");
+    const std::optional<TopLevelMembers> top = top_level_of(path);
+    return top && top->names.count("sequence") && top->names.count("attention") && top->names.count("position") &&
+           top->names.count("layers");
 }
 
 /// The file --maps writes for row `position` of `s`: "<name>_row<position>.json", each "/" of the

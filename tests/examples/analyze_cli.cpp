@@ -278,9 +278,16 @@ TEST_CASE("diffattn-analyze: a malformed episodes file is named where it is wron
     refused(json::array({{{"name", 5}, {"episodes", json::array()}}}), {"set 0: \"name\" must be a string"});
     refused(json::array({{{"name", "a"}}}), {"set 0 has no \"episodes\""});
     refused(json::array({{{"name", "a"}, {"episodes", 5}}}), {"\"episodes\" must be a list of episodes"});
+    refused(json::array({{{"name", "a"}, {"episodes", json::array()}}, {{"name", "a"}, {"episodes", json::array()}}}),
+            {"set 1: another set is also named \"a\"; give each set its own name"});
     refused(json::array({{{"name", "a"}, {"episodes", {5}}}}), {"set \"a\" episode 0 must be a JSON object"});
     refused(json::array({{{"name", "a"}, {"episodes", {{{"score_pos", {0}}, {"targets", {1}}}}}}}),
             {"set \"a\" episode 0 has no \"tokens\""});
+    // Over 64 MB is refused by its size before it is read (its JSON tree would take ~16x that).
+    std::ofstream(episodes) << "{}";
+    fs::resize_file(episodes, (std::uintmax_t(64) << 20) + 1);
+    check_refused(run_analyze({"--model", model, "--episodes", episodes.string()}),
+                  {"episodes file", "over the 67108864-byte limit for an episodes file"});
     // An id above the largest signed integer is named as written, not wrapped to a negative one.
     const json huge_token = {{"tokens", {18446744073709551615ULL}}, {"score_pos", {0}}, {"targets", {1}}};
     refused(json::array({{{"name", "a"}, {"episodes", {huge_token}}}}),
