@@ -387,8 +387,8 @@ std::string map_file_name(const Sequence& s, Index position) {
 }
 
 /// Checks every file --json and --maps will write, before anything is computed or written, then
-/// makes the --maps folder.
-void prepare_outputs(const Options& o, const std::vector<Sequence>& sequences) {
+/// makes the --maps folder. `map_entries`: the numbers of every map file (kept_map_entries).
+void prepare_outputs(const Options& o, const std::vector<Sequence>& sequences, long double map_entries) {
     std::vector<fs::path> inputs{o.model_dir};
     if (o.episodes_path) inputs.emplace_back(*o.episodes_path);
     if (o.json_path) cli::check_output_file("--json", *o.json_path, inputs, is_analysis_json);
@@ -398,6 +398,13 @@ void prepare_outputs(const Options& o, const std::vector<Sequence>& sequences) {
     const fs::file_status status = fs::status(maps, error);
     if (status.type() != fs::file_type::not_found && status.type() != fs::file_type::directory) {
         throw UsageError{"--maps: \"" + maps.string() + "\" is not a folder"};
+    }
+    // At least 16 bytes per number as written (its digits, a comma, a line break and indentation).
+    const fs::path existing = status.type() == fs::file_type::directory ? maps : maps.parent_path();
+    const fs::space_info space = fs::space(existing.empty() ? fs::path(".") : existing, error);
+    if (!error && 16 * map_entries > static_cast<long double>(space.available)) {
+        throw UsageError{"--maps: the map files would take at least " + detail::byte_count_text(16 * map_entries) +
+                         " bytes, more than the " + std::to_string(space.available) + " bytes free on its file system"};
     }
     std::set<std::string> files;
     for (const Sequence& s : sequences) {
@@ -486,7 +493,15 @@ int run(const Options& o) {
             throw UsageError{e.what()};
         }
     }
-    prepare_outputs(o, sequences);
+    // The kept maps: one sequence's in memory at a time, every sequence's in the --maps files.
+    long double map_entries = 0;
+    for (const Sequence& s : sequences) {
+        const long double entries =
+            AttentionAnalyzer<T>::kept_map_entries(config, s.rows, static_cast<Index>(s.tokens.size()));
+        require_memory(entries * sizeof(double), "--maps: the kept maps of sequence \"", s.name, "\"");
+        map_entries += entries;
+    }
+    prepare_outputs(o, sequences, map_entries);
 
     int threads = o.threads;
 #if !defined(DIFFATTN_HAS_OPENMP)

@@ -322,6 +322,22 @@ TEST_CASE("analysis rows and spans are checked", "[analysis]") {
     CHECK_ERROR(ShapeError, analyzer.run(model, seeded_tokens(17, 64, 2), rows_at({1}), result), "17 tokens but the analyzer holds at most 16");
     const DecoderModel<float> other = DecoderModel<float>::seeded(test::tiny_config(AttentionKind::softmax, 64), 1);
     CHECK_ERROR(ShapeError, analyzer.run(other, tokens, rows_at({1}), result), "made for another configuration");
+    // Every row's maps kept: n (n + 1) / 2 keys * 4 maps * layers * heads doubles, checked against
+    // the machine's memory before anything runs (n: the fewest tokens whose maps pass it).
+    const long double per_key = 4.0L * static_cast<long double>(config.num_hidden_layers * config.num_attention_heads);
+    CHECK(AttentionAnalyzer<float>::kept_map_entries(config, {AnalysisRow{9, {}, {}, true}, AnalysisRow{11, {}, {}, false}},
+                                                     12) == 10 * per_key);
+    const auto n_over = static_cast<Index>(std::sqrt(2 * memory_limit_bytes() / (per_key * sizeof(double)))) + 1;
+    if (n_over <= 100000) {  // this machine's memory is passed by the maps of a sequence the test can hold
+        std::vector<AnalysisRow> all_rows;
+        for (Index p = 0; p < n_over; ++p) all_rows.push_back(AnalysisRow{p, {}, {}, true});
+        REQUIRE(AttentionAnalyzer<float>::kept_map_entries(config, all_rows, n_over) * sizeof(double) >
+                memory_limit_bytes());
+        AttentionAnalyzer<float> long_analyzer(config, n_over);
+        const std::string expected = "AttentionAnalyzer::run: the kept maps of " + std::to_string(n_over) + " tokens";
+        CHECK_ERROR(ShapeError, long_analyzer.run(model, seeded_tokens(n_over, 64, 2), all_rows, result),
+                    expected.c_str(), "rows would take");
+    }
     // No rows: nothing to measure, not an error.
     analyzer.run(model, tokens, {}, result);
     CHECK(result.figures.empty());

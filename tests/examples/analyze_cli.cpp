@@ -249,6 +249,12 @@ TEST_CASE("diffattn-analyze: --json and --maps replace only their own earlier ou
     check_refused(run_analyze({"--model", model, "--episodes", episodes.string(), "--maps", maps.string()}),
                   {"--maps", "two rows would write \"a_b_0_row5.json\""});
     CHECK_FALSE(fs::exists(maps));
+    // Every row of 60000 tokens kept: over 900 GB of maps, refused before the folder is made.
+    std::string many;
+    for (int i = 0; i < 60000; ++i) many += "5 ";
+    check_refused(run_analyze({"--model", model, "--tokens", many, "--rows", "all", "--maps", maps.string()}),
+                  {"--maps: the kept maps of sequence \"tokens\" would take", "bytes of physical memory"});
+    CHECK_FALSE(fs::exists(maps));
     // A map file of someone else's in the maps folder stays.
     fs::create_directories(maps);
     std::ofstream(maps / "tokens_row0.json") << "{}";

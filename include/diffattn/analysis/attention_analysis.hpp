@@ -22,6 +22,7 @@
 #include "diffattn/analysis/head_rows.hpp"
 #include "diffattn/analysis/row_measure.hpp"
 #include "diffattn/core/error.hpp"
+#include "diffattn/core/memory_limit.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/model/decoder_model.hpp"
 
@@ -46,9 +47,21 @@ public:
         return ForwardState<T>::bytes_per_token(config) + 5 * sizeof(double);
     }
 
+    /// The doubles the kept maps of `rows` take in a run over n tokens of a model of `config`: per
+    /// row with keep_maps, layer and head, four maps (A1, A2, the integral, the combined map) of the
+    /// keys the row sees (a causal row: its position + 1).
+    static long double kept_map_entries(const ModelConfig& config, const std::vector<AnalysisRow>& rows, Index n) {
+        long double keys = 0;
+        for (const AnalysisRow& row : rows) {
+            if (row.keep_maps) keys += static_cast<long double>(config.causal ? row.position + 1 : n);
+        }
+        return keys * 4 * static_cast<long double>(config.num_hidden_layers * config.num_attention_heads);
+    }
+
     /// Analyses `rows` (check_rows: ShapeError / OptionError naming a bad row or position) of the
     /// plain forward of `tokens` (DecoderModel::forward's checks: ShapeError for a token id outside
-    /// the vocabulary or more tokens than max_len) into `result`, whose storage is reused.
+    /// the vocabulary or more tokens than max_len) into `result`, whose storage is reused. ShapeError,
+    /// before anything is computed, when the kept maps (kept_map_entries) exceed the machine's memory.
     void run(const DecoderModel<T>& model, const std::vector<Token>& tokens, const std::vector<AnalysisRow>& rows,
              AnalysisResult& result) {
         constexpr const char* function = "AttentionAnalyzer::run";
@@ -56,6 +69,8 @@ public:
         require<ShapeError>(n <= max_len(), function, ": ", n, " tokens but the analyzer holds at most ", max_len());
         check_rows(function, rows, n);
         const ModelConfig& config = model.config();
+        require_memory(kept_map_entries(config, rows, n) * sizeof(double), function, ": the kept maps of ", n,
+                       " tokens' rows");
         require<ShapeError>(state_.fits(config) && config.attention_config().head_dim() == pass_.head_dim(),
                             function, ": the analyzer was made for another configuration (make it from this model's config())");
         result.kind = config.attention;
