@@ -490,7 +490,8 @@ int run(const Options& o) {
         try {
             check_rows(s.name.c_str(), s.rows, static_cast<Index>(s.tokens.size()));  // "<name>: rows[r] ..."
         } catch (const Error& e) {
-            throw UsageError{e.what()};
+            const std::string source = o.episodes_path ? "episodes file \"" + *o.episodes_path + "\": " : "";
+            throw UsageError{source + e.what()};
         }
     }
     // The kept maps: one sequence's in memory at a time, every sequence's in the --maps files.

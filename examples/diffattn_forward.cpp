@@ -239,6 +239,10 @@ Options parse_arguments(int argc, char** argv) {
         throw UsageError{"--prompt needs --model DIR (the tokenizer is DIR/tokenizer.json)"};
     }
     if (options.tokenize_only && !options.prompt) throw UsageError{"--tokenize needs --prompt TEXT"};
+    if (options.tokenize_only && (options.generate > 0 || options.logits_path)) {
+        throw UsageError{std::string("--tokenize prints only the prompt's ids; it does not run the model, so ") +
+                         (options.generate > 0 ? "--generate" : "--logits") + " has nothing to do"};
+    }
     if (flags.given("--temperature") && options.generate == 0) throw UsageError{"--temperature needs --generate K"};
     for (const std::string& flag : options.sampling_flags) {
         if (options.sampling.greedy()) throw UsageError{flag + " needs --temperature X > 0 (greedy decoding takes the argmax)"};
@@ -266,7 +270,13 @@ struct Tokenizer {
 
 /// The ids of `--prompt` by DIR/tokenizer.json, as Hugging Face's tokenizer gives them by default.
 std::vector<Token> prompt_tokens(const Tokenizer& tokenizer, const std::string& prompt) {
-    const auto ids = tokenizer.encode(prompt);
+    const auto ids = [&] {
+        try {
+            return tokenizer.encode(prompt);
+        } catch (const diffattn::Error& e) {  // not UTF-8, or a pattern of tokenizer.json over its match limit
+            throw UsageError{std::string("--prompt: ") + e.what()};
+        }
+    }();
     if (ids.empty()) throw UsageError{"--prompt: the text gives no tokens"};
     return std::vector<Token>(ids.begin(), ids.end());
 }

@@ -317,6 +317,10 @@ TEST_CASE("diffattn-forward: bad text and sampling flags exit 2 with a message",
     const std::string dir = kTextCheckpoint.string();
     check_refused(run_forward({"--prompt", "hi"}), {"--prompt needs --model DIR"});
     check_refused(run_forward({"--model", dir, "--tokenize"}), {"--tokenize needs --prompt"});
+    check_refused(run_forward({"--model", dir, "--prompt", "hi", "--tokenize", "--generate", "3"}),
+                  {"--tokenize prints only the prompt's ids", "--generate has nothing to do"});
+    check_refused(run_forward({"--model", dir, "--prompt", "hi\xff", "--tokenize"}),
+                  {"--prompt: Tokenizer::encode: the text is not valid UTF-8: byte 0xff at offset 2"});
     check_refused(run_forward({"--model", dir, "--prompt", "hi", "--tokens", "1 2"}), {"--prompt and --tokens"});
     check_refused(run_forward({"--model", dir, "--tokens", "1", "--generate", "2", "--top-k", "3"}),
                   {"--top-k needs --temperature"});
