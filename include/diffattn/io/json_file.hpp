@@ -20,19 +20,21 @@
 
 namespace diffattn::detail {
 
-/// Parses JSON text that must be strictly one JSON value (check_json_text, one linear pass
-/// before the DOM is built): ErrorType (ConfigError unless the caller says) prefixed with `source` for a syntax error, a NUL byte
-/// (naming its offset; nlohmann would stop reading there), nesting deeper than `max_depth` (so
-/// that no recursive walk ever meets a pathological depth), or a key twice in one object (naming
-/// it; nlohmann would keep the last value silently). `what` names the content in the depth
-/// message ("a config").
+/// Parses JSON text that must be strictly one JSON value (check_json_text, one linear pass before
+/// the DOM is built): ErrorType (ConfigError unless the caller says) prefixed with `source` for a
+/// syntax error, a NUL byte (naming its offset; nlohmann would stop reading there), nesting deeper
+/// than `limits.max_depth` (so that no recursive walk ever meets a pathological depth), a key twice
+/// in one object (naming it; nlohmann would keep the last value silently), or a container or value
+/// count over its limit (naming the container and the limit), so that the DOM is built only within
+/// them. `what` names the content in the messages ("a config").
 template <typename ErrorType = ConfigError>
-nlohmann::json parse_json_text(const std::string& text, const std::string& source, int max_depth,
-                                      const char* what) {
+nlohmann::json parse_json_text(const std::string& text, const std::string& source, const JsonLimits& limits,
+                               const char* what) {
     using Problem = JsonProblem;
-    JsonLimits limits;
-    limits.max_depth = max_depth;
     const Problem problem = check_json_text(text.data(), text.data() + text.size(), limits);
+    const auto container = [&](const char* kind) {
+        return problem.path.empty() ? concat("the top-level ", kind) : concat(kind, " ", problem.path);
+    };
     switch (problem.kind) {
         case Problem::Kind::none: break;
         case Problem::Kind::nul_byte:
@@ -40,13 +42,28 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& sourc
                                              problem.offset));
         case Problem::Kind::too_deep:
             throw ErrorType(
-                concat(source, ": not valid JSON for ", what, ": it nests deeper than ", max_depth, " levels"));
+                concat(source, ": not valid JSON for ", what, ": it nests deeper than ", limits.max_depth, " levels"));
         case Problem::Kind::duplicate_key:
             throw ErrorType(concat(source, ": duplicate key ", problem.key,
                                              problem.top_level_key.empty() ? "" : " inside ",
                                              problem.top_level_key.empty() ? "" : quote_json(problem.top_level_key),
                                              ": JSON readers disagree on which value counts"));
-        default:  // syntax, and out_of_range for a number like 1e400 (no array limit here)
+        case Problem::Kind::array_too_long:
+            throw ErrorType(concat(source, ": ", container("array"), " holds more than ", problem.limit,
+                                   " elements, the limit for ", what));
+        case Problem::Kind::object_too_large:
+            throw ErrorType(concat(source, ": ", container("object"), " holds more than ", problem.limit,
+                                   " members, the limit for ", what));
+        case Problem::Kind::too_many_top_level_keys:
+            throw ErrorType(concat(source, ": the top-level object holds ", problem.count, " keys, over the limit of ",
+                                   limits.max_top_level_keys, " for ", what));
+        case Problem::Kind::too_many_counted_members:
+            throw ErrorType(concat(source, ": ", quote_json(limits.counted_object), " holds ", problem.count,
+                                   " entries, over the limit of ", limits.max_counted_members, " for ", what));
+        case Problem::Kind::too_many_values:
+            throw ErrorType(concat(source, ": the file holds ", problem.count, " JSON values, over the limit of ",
+                                   limits.max_values, " for ", what));
+        default:  // syntax, and out_of_range for a number like 1e400
             throw ErrorType(concat(source, ": not valid JSON: ", problem.message));
     }
     nlohmann::json json;
@@ -56,6 +73,15 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& sourc
         throw ErrorType(concat(source, ": not valid JSON: ", e.what()));
     }
     return json;
+}
+
+/// parse_json_text with only a depth limit.
+template <typename ErrorType = ConfigError>
+nlohmann::json parse_json_text(const std::string& text, const std::string& source, int max_depth,
+                               const char* what) {
+    JsonLimits limits;
+    limits.max_depth = max_depth;
+    return parse_json_text<ErrorType>(text, source, limits, what);
 }
 
 /// Reads a whole file of at most `max_bytes` bytes. FileError prefixed with `source` if it is

@@ -130,6 +130,7 @@ private:
             case JsonProblem::Kind::too_many_counted_members:
                 fail("__metadata__ holds ", problem.count, " entries, over the limit of ",
                      SafetensorsLimits::max_metadata_entries);
+            case JsonProblem::Kind::too_many_values: break;  // max_values is not set: the counts above bound it
         }
         try {
             return nlohmann::json::parse(first, first + size, nullptr, /*allow_exceptions=*/true,

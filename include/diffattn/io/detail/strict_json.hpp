@@ -10,11 +10,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <limits>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace diffattn::detail {
@@ -31,6 +33,7 @@ struct JsonProblem {
         duplicate_key,
         too_many_top_level_keys,  ///< counted to the end of the text: `count` is the whole count
         too_many_counted_members, ///< likewise, in the top-level object JsonLimits::counted_object
+        too_many_values,          ///< likewise: values in the whole text (JsonLimits::max_values)
     };
     Kind kind = Kind::none;
     std::size_t offset = 0;       ///< nul_byte: the byte offset of the first NUL
@@ -39,6 +42,9 @@ struct JsonProblem {
     std::string key;              ///< duplicate_key: the key, as a JSON string literal
     std::string top_level_key;    ///< duplicate_key, object_too_large: the top-level key it is under,
                                   ///< unquoted ("" at the top level)
+    std::string path;             ///< array_too_long, object_too_large: the container, as "model.merges"
+                                  ///< ("a[2]" for an array element; "" for the top-level value)
+    std::size_t limit = 0;        ///< array_too_long, object_too_large: the limit that applied
 
     explicit operator bool() const { return kind != Kind::none; }
 };
@@ -54,6 +60,14 @@ struct JsonLimits {
     std::size_t max_top_level_keys = unlimited;  ///< top-level keys, counted_object not counted
     std::string counted_object;                ///< a top-level key whose object's members are counted
     std::size_t max_counted_members = unlimited; ///< members of that object at most
+    std::size_t max_values = unlimited;        ///< values (containers included) in the whole text
+    /// A container (named by its path, as JsonProblem::path) allowed more members than
+    /// max_array_size / max_object_members: a tokenizer's vocabulary among its small objects.
+    struct LargeContainer {
+        std::string path;
+        std::size_t max_members;
+    };
+    std::vector<LargeContainer> large_containers;
 };
 
 /// `text` as a JSON string literal (control characters escaped, invalid UTF-8 replaced), for messages.
@@ -79,23 +93,34 @@ inline JsonProblem check_json_text(const char* first, const char* last, const Js
         bool counted = false;         // the top-level object limits.counted_object
         std::size_t members = 0;      // elements (array) or keys (object) so far
         std::set<std::string> keys;   // keys seen, for duplicates (none kept past a count limit)
+        std::string path;             // JsonProblem::path, cut to about 160 bytes
+        std::size_t max_members = 0;  // max_array_size, max_object_members or a LargeContainer's
     };
     struct Checker {
         const JsonLimits& limits;
         JsonProblem& problem;
         std::vector<Container> open_containers;  // innermost last
         std::string top_level_key;               // the top-level entry being parsed
+        std::string parent_key;                  // the last key below the top level (cut), for paths
         std::size_t top_level_keys = 0;
         std::size_t counted_members = 0;
+        std::size_t values = 0;
+
+        bool fail_size(JsonProblem::Kind kind, const Container& container) {
+            problem.path = container.path;
+            problem.limit = container.max_members;
+            return fail(kind);
+        }
 
         bool fail(JsonProblem::Kind kind) {
             problem.kind = kind;
             return false;  // stops the parse
         }
         bool element() {  // a value (or a container) inside the innermost container
+            ++values;  // counted to the end, like the keys: reported after the pass
             if (!open_containers.empty() && open_containers.back().array &&
-                ++open_containers.back().members > limits.max_array_size) {
-                return fail(JsonProblem::Kind::array_too_long);
+                ++open_containers.back().members > open_containers.back().max_members) {
+                return fail_size(JsonProblem::Kind::array_too_long, open_containers.back());
             }
             return true;
         }
@@ -106,8 +131,24 @@ inline JsonProblem check_json_text(const char* first, const char* last, const Js
             }
             const bool counted = !array && open_containers.size() == 1 && !limits.counted_object.empty() &&
                                  top_level_key == limits.counted_object;
-            open_containers.push_back({array, counted, 0, {}});
+            Container container{array, counted, 0, {}, child_path(), 0};
+            container.max_members = array ? limits.max_array_size : limits.max_object_members;
+            for (const JsonLimits::LargeContainer& large : limits.large_containers) {
+                if (large.path == container.path) container.max_members = large.max_members;
+            }
+            open_containers.push_back(std::move(container));
             return true;
+        }
+        std::string child_path() const {  // the path of a value opened now
+            if (open_containers.empty()) return {};
+            const Container& parent = open_containers.back();
+            std::string path = parent.path;
+            if (path.size() > 160) return path;  // cut: a hostile key or depth costs no more
+            if (parent.array) return path + "[" + std::to_string(parent.members - 1) + "]";
+            const std::string& key = open_containers.size() == 1 ? top_level_key : parent_key;
+            path += path.empty() ? key.substr(0, 161) : "." + key.substr(0, 161);
+            if (path.size() > 160) path.replace(160, std::string::npos, "...");
+            return path;
         }
         bool close() {
             open_containers.pop_back();
@@ -135,16 +176,20 @@ inline JsonProblem check_json_text(const char* first, const char* last, const Js
             } else if (object.counted) {
                 ++counted_members;
                 over_limit = counted_members > limits.max_counted_members;
-            } else if (object.members > limits.max_object_members) {
+            } else if (object.members > object.max_members) {
                 problem.top_level_key = top_level_key;
-                return fail(JsonProblem::Kind::object_too_large);
+                return fail_size(JsonProblem::Kind::object_too_large, object);
             }
             if (!over_limit && !object.keys.insert(key).second) {
                 problem.key = quote_json(key);
                 if (!top_level) problem.top_level_key = top_level_key;
                 return fail(JsonProblem::Kind::duplicate_key);
             }
-            if (top_level) top_level_key = key;
+            if (top_level) {
+                top_level_key = key;
+            } else {
+                parent_key.assign(key, 0, std::min<std::size_t>(key.size(), 161));
+            }
             return true;
         }
         bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception& error) {
@@ -152,7 +197,7 @@ inline JsonProblem check_json_text(const char* first, const char* last, const Js
             return fail(JsonProblem::Kind::syntax);
         }
     };
-    Checker checker{limits, problem, {}, {}, 0, 0};
+    Checker checker{limits, problem, {}, {}, {}, 0, 0, 0};
     checker.open_containers.reserve(static_cast<std::size_t>(limits.max_depth > 0 ? limits.max_depth : 0));
     nlohmann::json::sax_parse(first, last, &checker, nlohmann::json::input_format_t::json, /*strict=*/true,
                               /*ignore_comments=*/false);
@@ -163,6 +208,9 @@ inline JsonProblem check_json_text(const char* first, const char* last, const Js
     } else if (checker.counted_members > limits.max_counted_members) {
         problem.kind = JsonProblem::Kind::too_many_counted_members;
         problem.count = checker.counted_members;
+    } else if (checker.values > limits.max_values) {
+        problem.kind = JsonProblem::Kind::too_many_values;
+        problem.count = checker.values;
     }
     return problem;
 }
