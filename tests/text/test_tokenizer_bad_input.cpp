@@ -241,3 +241,92 @@ TEST_CASE("tokenizer bad input: text that is not UTF-8, ids that name no token")
     CHECK_FALSE(tokenizer.id_to_token(-1).has_value());
     CHECK_FALSE(tokenizer.token_to_id("no such token").has_value());
 }
+
+namespace {
+
+/// tokenizer.json text of base() with `replacement` in place of `what` (which it holds once).
+std::string base_text_with(const std::string& what, const std::string& replacement) {
+    std::string text = base().dump();
+    const std::size_t at = text.find(what);
+    REQUIRE(at != std::string::npos);
+    return text.replace(at, what.size(), replacement);
+}
+
+/// `count` copies of `item`, comma-separated.
+std::string repeated(const std::string& item, std::size_t count) {
+    std::string out;
+    out.reserve(count * (item.size() + 1));
+    for (std::size_t i = 0; i < count; ++i) out.append(i == 0 ? "" : ",").append(item);
+    return out;
+}
+
+/// `count` object members "k0":0, "k1":0, ..., comma-separated.
+std::string members(std::size_t count) {
+    std::string out;
+    for (std::size_t i = 0; i < count; ++i) out += (i == 0 ? "\"k" : ",\"k") + std::to_string(i) + "\":0";
+    return out;
+}
+
+std::string text_error_of(const std::string& text) {
+    return message_of<ConfigError>([&] { (void)Tokenizer::from_json_text(text, "tokenizer.json \"big.json\""); });
+}
+
+}  // namespace
+
+// Refused in the linear pass before the DOM is built (its nodes would cost tens of bytes each),
+// or, for steps and template ids, before any regex is compiled or id copied.
+TEST_CASE("tokenizer bad input: counts over the limits") {
+    using namespace diffattn::text;
+    check_words(text_error_of(base_text_with("\"merges\":[]",
+                                             "\"merges\":[" + repeated("\"a b\"", max_tokenizer_merges + 1) + "]")),
+                {"tokenizer.json \"big.json\"", "array model.merges holds more than 4194304 elements"});
+    std::string vocab = "\"vocab\":{";
+    for (std::size_t i = 0; i <= max_tokenizer_vocab; ++i) vocab += "\"x" + std::to_string(i) + "\":1,";
+    check_words(text_error_of(base_text_with("\"vocab\":{", vocab)),
+                {"tokenizer.json \"big.json\"", "object model.vocab holds more than 2097152 members"});
+    const std::string added = repeated("{}", max_tokenizer_added_tokens + 1);
+    check_words(text_error_of(base_text_with("\"added_tokens\":[]", "\"added_tokens\":[" + added + "]")),
+                {"array added_tokens holds more than 65536 elements"});
+    // Any other container: 4096 members; values in the whole file: 2^24, however they nest.
+    check_words(text_error_of("{\"junk\":[" + repeated("0", 4097) + "]}"),
+                {"tokenizer.json \"big.json\"", "array junk holds more than 4096 elements"});
+    check_words(text_error_of("{\"a\":{\"b\":[" + repeated("{}", 5000) + "]}}"), {"array a.b holds more than 4096"});
+    check_words(text_error_of("{\"a\":[1,{\"b\":{" + members(4097) + "}}]}"),
+                {"object a[1].b holds more than 4096 members"});
+    check_words(text_error_of("{\"junk\":[" + repeated("[" + repeated("0", 4096) + "]", 4096) + "]}"),
+                {"the file holds 16781314 JSON values, over the limit of 16777216 for a tokenizer"});
+    check_words(text_error_of("{" + members(4097) + "}"),
+                {"the top-level object holds 4097 keys, over the limit of 4096"});
+    // The real tokenizers stay within them.
+    CHECK_NOTHROW(Tokenizer::from_json_text(base().dump()));
+    CHECK_NOTHROW(Tokenizer::load(text_test::data_path("tiny_llama3")));
+
+    // 65 pre-tokenizer steps, in nested Sequences: refused before the 65th regex is compiled.
+    json steps = json::array();
+    for (int i = 0; i < 40; ++i) steps.push_back(split_step("\\p{L}+"));
+    json inner = {{"type", "Sequence"}, {"pretokenizers", steps}};
+    json outer_steps = steps;
+    outer_steps.push_back(inner);
+    outer_steps.push_back(kByteLevelStep);
+    check_words(config_error_of(with_pre({{"type", "Sequence"}, {"pretokenizers", outer_steps}})),
+                {"pre_tokenizer.pretokenizers[40].pretokenizers[24]", "more than 64 steps"});
+    steps.push_back(kByteLevelStep);
+    CHECK_NOTHROW(Tokenizer::from_json(with_pre({{"type", "Sequence"}, {"pretokenizers", steps}})));
+
+    // The template's ids: a piece naming a token of 40 ids twice is 80.
+    const json a = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
+    const json s = {{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}};
+    const json specials = {{"<s>", {{"id", "<s>"}, {"ids", std::vector<int>(40, 256)}}}};
+    check_words(config_error_of(with_template({s, a, s}, specials)),
+                {"post_processor.single[2]", "more than 64 special-token ids around the text"});
+    CHECK(Tokenizer::from_json(with_template({s, a}, specials)).encode("").size() == 40);
+}
+
+TEST_CASE("tokenizer bad input: tokenizer.json over the size limit") {
+    const test_files::TempDir temp;
+    const fs::path dir = temp.path();
+    // A sparse file: refused by its size before anything is read.
+    write_file(dir / "tokenizer.json", "{}");
+    fs::resize_file(dir / "tokenizer.json", diffattn::text::max_tokenizer_json_bytes + 1);
+    CHECK_ERROR(FileError, Tokenizer::load(dir), "tokenizer.json \"", "over the 134217728-byte limit");
+}

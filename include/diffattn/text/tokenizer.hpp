@@ -70,7 +70,8 @@ public:
 
     /// from_json of tokenizer.json text. A JSON syntax error is a ConfigError.
     static Tokenizer from_json_text(const std::string& text, const std::string& source = "tokenizer.json") {
-        return from_json(diffattn::detail::parse_json_text(text, source, max_tokenizer_json_depth, "a tokenizer"), source);
+        return from_json(diffattn::detail::parse_json_text(text, source, tokenizer_json_limits(), "a tokenizer"),
+                         source);
     }
 
     /// The ids of `text` (UTF-8; an Error naming the offset of the first invalid byte otherwise),
