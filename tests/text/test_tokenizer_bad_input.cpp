@@ -322,11 +322,19 @@ TEST_CASE("tokenizer bad input: counts over the limits") {
     CHECK(Tokenizer::from_json(with_template({s, a}, specials)).encode("").size() == 40);
 }
 
-TEST_CASE("tokenizer bad input: tokenizer.json over the size limit") {
+TEST_CASE("tokenizer bad input: tokenizer.json over the size limit, tokenizer_config.json a dangling link") {
     const test_files::TempDir temp;
     const fs::path dir = temp.path();
     // A sparse file: refused by its size before anything is read.
     write_file(dir / "tokenizer.json", "{}");
     fs::resize_file(dir / "tokenizer.json", diffattn::text::max_tokenizer_json_bytes + 1);
     CHECK_ERROR(FileError, Tokenizer::load(dir), "tokenizer.json \"", "over the 134217728-byte limit");
+
+    // tokenizer_config.json that exists as a link but cannot be read: an error, not bos / eos dropped.
+    write_file(dir / "tokenizer.json", base().dump());
+    fs::create_symlink("no-such-config.json", dir / "tokenizer_config.json");
+    CHECK_ERROR(FileError, Tokenizer::load(dir), "tokenizer_config.json \"", "tokenizer_config.json\"",
+                "symbolic link to \"no-such-config.json\", which does not exist");
+    fs::remove(dir / "tokenizer_config.json");
+    CHECK_FALSE(Tokenizer::load(dir).eos_id().has_value());  // missing: optional
 }

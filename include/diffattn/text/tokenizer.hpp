@@ -39,8 +39,9 @@ class Tokenizer {
 public:
     /// Reads tokenizer.json at `path`, or in the directory `path`. If a tokenizer_config.json lies
     /// beside it, its bos_token / eos_token name bos_id() / eos_id(). FileError naming the file for
-    /// a missing, unreadable or oversized file (max_tokenizer_json_bytes); ConfigError naming the
-    /// file and the key for content outside the supported subset (tokenizer_json.hpp).
+    /// a missing, unreadable or oversized tokenizer.json (max_tokenizer_json_bytes), or a
+    /// tokenizer_config.json present but unreadable (a dangling link); ConfigError naming the file
+    /// and the key for content outside the supported subset or over a limit (tokenizer_json.hpp).
     static Tokenizer load(const std::filesystem::path& path) {
         namespace fs = std::filesystem;
         std::error_code error;
@@ -50,14 +51,26 @@ public:
             diffattn::detail::read_text_file(file, source, max_tokenizer_json_bytes, "a tokenizer.json");
         Tokenizer tokenizer = from_json_text(text, source);
         const fs::path config_file = file.parent_path() / "tokenizer_config.json";
-        if (fs::exists(config_file, error)) {
+        // Only a missing file is optional: one present but unreadable (a dangling link) would drop its bos / eos.
+        const fs::file_status config_status = fs::symlink_status(config_file, error);
+        if (config_status.type() != fs::file_type::not_found) {
             const std::string config_source =
                 diffattn::detail::concat("tokenizer_config.json \"", config_file.string(), "\"");
+            require<FileError>(config_status.type() != fs::file_type::none, config_source,
+                               ": cannot access it: ", error.message());
+            if (fs::is_symlink(config_status) && fs::status(config_file, error).type() == fs::file_type::not_found) {
+                const fs::path target = fs::read_symlink(config_file, error);
+                throw FileError(diffattn::detail::concat(config_source, ": it is a symbolic link to \"",
+                                                         target.string(), "\", which does not exist"));
+            }
             const std::string config_text = diffattn::detail::read_text_file(
                 config_file, config_source, max_tokenizer_config_json_bytes, "a tokenizer_config.json");
-            tokenizer.set_bos_eos(read_tokenizer_config_json(
-                diffattn::detail::parse_json_text(config_text, config_source, max_tokenizer_json_depth, "a tokenizer config"),
-                config_source), config_source);
+            tokenizer.set_bos_eos(
+                read_tokenizer_config_json(diffattn::detail::parse_json_text(config_text, config_source,
+                                                                             max_tokenizer_json_depth,
+                                                                             "a tokenizer config"),
+                                           config_source),
+                config_source);
         }
         return tokenizer;
     }
