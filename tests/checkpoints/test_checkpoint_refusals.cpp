@@ -216,6 +216,21 @@ TEST_CASE("released checkpoints: a truncated or malformed shard or index is refu
         write_text(index, json.dump());
         check_fragments(message_of<FileError>(load), {"not a file name inside the directory", "control character"});
     }
+    SECTION("an index of more weight_map entries than the limit, or a huge metadata") {
+        // Refused by a count in the linear pass, before the JSON tree (about 300 bytes an entry).
+        std::string text = "{\"metadata\": {}, \"weight_map\": {";
+        for (std::size_t i = 0; i <= SafetensorsCheckpoint::max_index_tensors; ++i) {
+            text += (i == 0 ? "\"t" : ",\"t") + std::to_string(i) + "\": \"model-00001-of-00002.safetensors\"";
+        }
+        write_text(index, text + "}}");
+        check_fragments(message_of<FileError>(load), {"model.safetensors.index.json \"", "\"weight_map\" holds 524289 "
+                                                      "entries, over the limit of 524288 for an index"});
+        std::string zeros = "0";
+        for (int i = 0; i < 4096; ++i) zeros += ",0";
+        write_text(index, "{\"weight_map\": {\"a\": \"b\"}, \"metadata\": {\"x\": [" + zeros + "]}}");
+        check_fragments(message_of<FileError>(load),
+                        {"model.safetensors.index.json \"", "array metadata.x holds more than 4096 elements"});
+    }
     SECTION("neither model.safetensors nor an index") {
         fs::remove(index);
         check_fragments(message_of<FileError>(load), {"model.safetensors", "no such file"});

@@ -6,6 +6,8 @@
 //
 // The index rules, each a FileError naming the index, the shard and the tensor:
 //   - both model.safetensors and the index present: ambiguous;
+//   - the index within max_index_bytes and weight_map within max_index_tensors entries (counted
+//     before the JSON tree is built);
 //   - weight_map a non-empty object of strings; every shard a plain file name (no "/", "\",
 //     control character, ".", "..", so no absolute path) of an existing regular file whose real
 //     path is inside the directory (a symbolic link may not lead out, except into the Hub cache's
@@ -42,6 +44,9 @@ public:
     static constexpr const char* index_file_name = "model.safetensors.index.json";
     /// Largest index read (a 1000-shard, 100k-tensor index is about 10 MB).
     static constexpr std::uintmax_t max_index_bytes = std::uintmax_t(64) << 20;
+    /// Most weight_map entries read: four times the tensors one safetensors file may hold, as an
+    /// index spans many files (DeepSeek-V3's, among the largest, lists about 91,000 tensors).
+    static constexpr std::size_t max_index_tensors = 4 * SafetensorsLimits::max_tensors;
 
     /// Maps and validates the weights of directory `dir`: model.safetensors, or the index and its
     /// shards. FileError for any rule of the file comment (and any defect of a file's header).
@@ -126,7 +131,14 @@ private:
     /// weight_map of the index: tensor name -> shard file name.
     std::map<std::string, std::string> read_weight_map(const std::filesystem::path& index) const {
         const std::string text = detail::read_text_file(index, description_, max_index_bytes, "an index");
-        const nlohmann::json json = detail::parse_json_text<FileError>(text, description_, 8, "an index");
+        // Counted in the linear pass: the tree costs about 300 bytes an entry (4.4M entries: 1.29 GB).
+        detail::JsonLimits limits;
+        limits.max_depth = 8;
+        limits.counted_object = "weight_map";
+        limits.max_counted_members = max_index_tensors;
+        limits.max_array_size = limits.max_object_members = limits.max_top_level_keys = 4096;  // metadata
+        limits.max_values = max_index_tensors + 65536;
+        const nlohmann::json json = detail::parse_json_text<FileError>(text, description_, limits, "an index");
         if (!json.is_object()) fail("expected a JSON object, got ", json.type_name());
         const auto map = json.find("weight_map");
         if (map == json.end() || !map->is_object() || map->empty()) {
