@@ -110,6 +110,28 @@ TEST_CASE("safetensors header with too many entries", "[catalogue][files]") {
     CHECK(load(io_test::many_entries_header(1, metadata)).metadata().size() == metadata);
 }
 
+TEST_CASE("JSON file with too many entries", "[catalogue][files][tokenizer]") {
+    // Counted in the linear pass before the JSON tree is built (tens of bytes a node).
+    model_test::TempDir dir;
+    std::string index = "{\"weight_map\": {";
+    for (std::size_t i = 0; i <= SafetensorsCheckpoint::max_index_tensors; ++i) {
+        index += (i == 0 ? "\"t" : ",\"t") + std::to_string(i) + "\": \"a.safetensors\"";
+    }
+    write_text(dir.path() / "model.safetensors.index.json", index + "}}");
+    CHECK_ERROR(FileError, SafetensorsCheckpoint(dir.path()), "model.safetensors.index.json \"",
+                "\"weight_map\" holds 524289 entries, over the limit of 524288 for an index");
+    std::string junk = "{\"junk\": [0";
+    for (int i = 0; i < 4096; ++i) junk += ",0";
+    CHECK_ERROR(ConfigError, text::Tokenizer::from_json_text(junk + "]}", "tokenizer.json \"t.json\""),
+                "tokenizer.json \"t.json\": array junk holds more than 4096 elements, the limit for a tokenizer");
+    nlohmann::json j = nlohmann::json::parse(
+        std::ifstream(fs::path(DIFFATTN_TEST_DATA_DIR) / "text" / "tiny_llama3" / "tokenizer.json"));
+    const nlohmann::json split = j["pre_tokenizer"]["pretokenizers"][0];
+    j["pre_tokenizer"]["pretokenizers"] = std::vector<nlohmann::json>(70, split);
+    CHECK_ERROR(ConfigError, text::Tokenizer::from_json_text(j.dump(), "tokenizer.json \"t.json\""),
+                "pre_tokenizer.pretokenizers[64]", "the pre_tokenizer has more than 64 steps");
+}
+
 TEST_CASE("model file that does not match its config", "[catalogue][files]") {
     model_test::TempDir dir;
     const ModelConfig config = tiny(AttentionKind::dint);
@@ -802,6 +824,12 @@ TEST_CASE("tokenizer.json outside the supported subset", "[catalogue][tokenizer]
                 "right token \"no-such-token\" is not in model.vocab");
     CHECK_ERROR(FileError, text::Tokenizer::load(fs::path(DIFFATTN_TEST_DATA_DIR) / "text" / "no-such-dir"),
                 "tokenizer.json \"", "no such file");
+    // A tokenizer_config.json that is there but cannot be read: an error, so its bos / eos are not lost.
+    model_test::TempDir dir;
+    fs::copy_file(tiny_llama3, dir.path() / "tokenizer.json");
+    fs::create_symlink("gone.json", dir.path() / "tokenizer_config.json");
+    CHECK_ERROR(FileError, text::Tokenizer::load(dir.path()), "tokenizer_config.json \"",
+                "it is a symbolic link to \"gone.json\", which does not exist");
 }
 
 TEST_CASE("text that is not UTF-8, or a token id that names no token", "[catalogue][tokenizer]") {
