@@ -277,24 +277,47 @@ std::string text_error_of(const std::string& text) {
 // or, for steps and template ids, before any regex is compiled or id copied.
 TEST_CASE("tokenizer bad input: counts over the limits") {
     using namespace diffattn::text;
-    check_words(text_error_of(base_text_with("\"merges\":[]",
-                                             "\"merges\":[" + repeated("\"a b\"", max_tokenizer_merges + 1) + "]")),
-                {"tokenizer.json \"big.json\"", "array model.merges holds more than 4194304 elements"});
+    // The limits in millions, as docs/tokenizer.md states them ...
+    const diffattn::detail::JsonLimits limits = tokenizer_json_limits();
+    const auto limit_of = [&](const std::string& path) {
+        for (const auto& large : limits.large_containers) {
+            if (large.path == path) return large.max_members;
+        }
+        return std::size_t(0);
+    };
+    CHECK(limit_of("model.vocab") == 2097152);
+    CHECK(limit_of("model.merges") == 4194304);
+    CHECK(limit_of("added_tokens") == 65536);
+    CHECK(limits.max_values == 16777216);
+    CHECK(limits.max_array_size == 4096);
+    CHECK(limits.max_object_members == 4096);
+    // ... and their checks, each one tried with the same limits scaled down (a pass over tens of MB
+    // takes half a minute under the sanitizers).
+    diffattn::detail::JsonLimits scaled = limits;
+    scaled.large_containers = {{"model.vocab", 100}, {"model.merges", 200}, {"added_tokens", 65536}};
+    scaled.max_values = 5000;
+    const auto scaled_error_of = [&](const std::string& text) {
+        return message_of<ConfigError>([&] {
+            (void)diffattn::detail::parse_json_text(text, "tokenizer.json \"big.json\"", scaled, "a tokenizer");
+        });
+    };
+    check_words(scaled_error_of(base_text_with("\"merges\":[]", "\"merges\":[" + repeated("\"a b\"", 201) + "]")),
+                {"tokenizer.json \"big.json\"", "array model.merges holds more than 200 elements"});
     std::string vocab = "\"vocab\":{";
-    for (std::size_t i = 0; i <= max_tokenizer_vocab; ++i) vocab += "\"x" + std::to_string(i) + "\":1,";
-    check_words(text_error_of(base_text_with("\"vocab\":{", vocab)),
-                {"tokenizer.json \"big.json\"", "object model.vocab holds more than 2097152 members"});
+    for (std::size_t i = 0; i <= 100; ++i) vocab += "\"x" + std::to_string(i) + "\":1,";
+    check_words(scaled_error_of(base_text_with("\"vocab\":{", vocab)),
+                {"tokenizer.json \"big.json\"", "object model.vocab holds more than 100 members"});
+    check_words(scaled_error_of("{\"junk\":[" + repeated("[" + repeated("0", 100) + "]", 50) + "]}"),
+                {"the file holds 5052 JSON values, over the limit of 5000 for a tokenizer"});
     const std::string added = repeated("{}", max_tokenizer_added_tokens + 1);
     check_words(text_error_of(base_text_with("\"added_tokens\":[]", "\"added_tokens\":[" + added + "]")),
                 {"array added_tokens holds more than 65536 elements"});
-    // Any other container: 4096 members; values in the whole file: 2^24, however they nest.
+    // Any other container: 4096 members, however they nest.
     check_words(text_error_of("{\"junk\":[" + repeated("0", 4097) + "]}"),
                 {"tokenizer.json \"big.json\"", "array junk holds more than 4096 elements"});
     check_words(text_error_of("{\"a\":{\"b\":[" + repeated("{}", 5000) + "]}}"), {"array a.b holds more than 4096"});
     check_words(text_error_of("{\"a\":[1,{\"b\":{" + members(4097) + "}}]}"),
                 {"object a[1].b holds more than 4096 members"});
-    check_words(text_error_of("{\"junk\":[" + repeated("[" + repeated("0", 4096) + "]", 4096) + "]}"),
-                {"the file holds 16781314 JSON values, over the limit of 16777216 for a tokenizer"});
     check_words(text_error_of("{" + members(4097) + "}"),
                 {"the top-level object holds 4097 keys, over the limit of 4096"});
     // The real tokenizers stay within them.
