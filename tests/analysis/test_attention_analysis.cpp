@@ -325,8 +325,8 @@ TEST_CASE("analysis rows and spans are checked", "[analysis]") {
     // Every row's maps kept: n (n + 1) / 2 keys * 4 maps * layers * heads doubles, checked against
     // the machine's memory before anything runs (n: the fewest tokens whose maps pass it).
     const long double per_key = 4.0L * static_cast<long double>(config.num_hidden_layers * config.num_attention_heads);
-    CHECK(AttentionAnalyzer<float>::kept_map_entries(config, {AnalysisRow{9, {}, {}, true}, AnalysisRow{11, {}, {}, false}},
-                                                     12) == 10 * per_key);
+    const std::vector<AnalysisRow> one_kept = {AnalysisRow{9, {}, {}, true}, AnalysisRow{11, {}, {}, false}};
+    CHECK(AttentionAnalyzer<float>::kept_map_entries(config, one_kept, 12) == 10 * per_key);
     const auto n_over = static_cast<Index>(std::sqrt(2 * memory_limit_bytes() / (per_key * sizeof(double)))) + 1;
     if (n_over <= 100000) {  // this machine's memory is passed by the maps of a sequence the test can hold
         std::vector<AnalysisRow> all_rows;

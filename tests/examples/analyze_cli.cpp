@@ -289,7 +289,8 @@ TEST_CASE("diffattn-analyze: a malformed episodes file is named where it is wron
     refused(json::array({{{"name", "a"}, {"episodes", {5}}}}), {"set \"a\" episode 0 must be a JSON object"});
     refused(json::array({{{"name", "a"}, {"episodes", {{{"score_pos", {0}}, {"targets", {1}}}}}}}),
             {"set \"a\" episode 0 has no \"tokens\""});
-    refused(json::array({{{"name", "a"}, {"episodes", {{{"tokens", {1, 2, 3}}, {"score_pos", {3}}, {"targets", {1}}}}}}}),
+    const json past_end = {{"tokens", {1, 2, 3}}, {"score_pos", {3}}, {"targets", {1}}};
+    refused(json::array({{{"name", "a"}, {"episodes", {past_end}}}}),
             {"episodes file \"", "\": a/0: rows[0] is query row 3, outside the sequence of 3 tokens"});
     // Over 64 MB is refused by its size before it is read (its JSON tree would take ~16x that).
     std::ofstream(episodes) << "{}";
