@@ -206,13 +206,13 @@ std::vector<Index> json_positions(const nlohmann::json& j, const std::string& wh
     return out;
 }
 
+/// The largest episodes file read: 64 MB (the shipped evaluation episodes are 0.4 MB), as its JSON
+/// tree takes up to ~16x the file's bytes.
+constexpr std::uintmax_t kMaxEpisodesFileBytes = std::uintmax_t(64) << 20;
+
 /// The episodes of an episode file (format diffattn-retrieval-episodes-1). Episodes that mark
 /// answer and noise positions are analysed at their scored rows; the others (accuracy sets) only
 /// score the argmax there.
-/// At most 64 MB (the shipped evaluation episodes are 0.4 MB): its JSON tree takes up to ~16x the
-/// file's bytes.
-constexpr std::uintmax_t kMaxEpisodesFileBytes = std::uintmax_t(64) << 20;
-
 std::vector<Sequence> read_episodes(const Options& o, Index vocab_size) {
     const std::string source = "episodes file \"" + *o.episodes_path + "\"";
     const nlohmann::json doc = detail::parse_json_text<FileError>(
@@ -473,7 +473,10 @@ int run(const Options& o) {
         const Index n = static_cast<Index>(s.tokens.size());
         const std::vector<Index> answer = o.answer_text ? parse_spans("--answer", *o.answer_text, n) : std::vector<Index>{};
         const std::vector<Index> noise = o.noise_text ? parse_spans("--noise", *o.noise_text, n) : std::vector<Index>{};
-        for (const Index r : parse_rows(o.rows_text.value_or("last"), n)) s.rows.push_back(AnalysisRow{r, answer, noise, true});
+        const bool keep_maps = o.maps_dir.has_value();  // kept for --maps only: a long --rows all takes memory
+        for (const Index r : parse_rows(o.rows_text.value_or("last"), n)) {
+            s.rows.push_back(AnalysisRow{r, answer, noise, keep_maps});
+        }
         sequences.push_back(std::move(s));
     } else {
         sequences = read_episodes(o, config.vocab_size);
