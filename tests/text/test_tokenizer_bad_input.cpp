@@ -277,7 +277,7 @@ std::string text_error_of(const std::string& text) {
 // or, for steps and template ids, before any regex is compiled or id copied.
 TEST_CASE("tokenizer bad input: counts over the limits") {
     using namespace diffattn::text;
-    // The limits in millions, as docs/tokenizer.md states them ...
+    // The limits, as docs/tokenizer.md states them ...
     const diffattn::detail::JsonLimits limits = tokenizer_json_limits();
     const auto limit_of = [&](const std::string& path) {
         for (const auto& large : limits.large_containers) {
