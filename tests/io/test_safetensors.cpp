@@ -285,7 +285,7 @@ TEST_CASE("safetensors: every crafted bad file is a FileError naming the file an
         {"header_not_json.safetensors", {"not valid JSON"}},
         {"header_trailing_garbage.safetensors", {"not valid JSON"}},
         {"header_nul_padding.safetensors", {"not valid JSON", "NUL byte"}},
-        {"header_invalid_utf8.safetensors", {"not valid JSON"}},
+        {"header_invalid_utf8.safetensors", {"not valid JSON", "\\x"}},  // its bytes escaped, not raw
         {"header_array.safetensors", {"header is a JSON array, not an object"}},
         {"header_too_deep.safetensors", {"nests deeper than 8"}},
         {"duplicate_tensor.safetensors", {"duplicate key \"w\""}},

@@ -75,6 +75,22 @@ inline std::string quote_json(const std::string& text) {
     return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+/// `text` with every byte outside printable ASCII written as \xNN: nlohmann's syntax messages quote
+/// the bytes last read as they are, and a hostile file's bytes must not reach a terminal raw.
+inline std::string printable_ascii(const std::string& text) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string out;
+    for (const char byte : text) {
+        const auto c = static_cast<unsigned char>(byte);
+        if (c >= 0x20 && c < 0x7f) {
+            out += byte;
+        } else {
+            out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+        }
+    }
+    return out;
+}
+
 /// Checks the JSON text [first, last): no NUL byte, valid JSON (strict: one value, nothing after
 /// it, no comments), nesting at most limits.max_depth, arrays and inner objects within their
 /// limits, no key twice in one object, and the top-level and counted-object key counts. Returns
@@ -193,7 +209,7 @@ inline JsonProblem check_json_text(const char* first, const char* last, const Js
             return true;
         }
         bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception& error) {
-            problem.message = error.what();
+            problem.message = printable_ascii(error.what());
             return fail(JsonProblem::Kind::syntax);
         }
     };
