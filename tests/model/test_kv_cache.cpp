@@ -578,14 +578,16 @@ TEST_CASE("a moved-from cache holds no tokens and is refused, not read", "[model
     CHECK(moved.length() == 19);
     CHECK(moved.keys(1) == keys);
     CHECK(cache.length() == 0);  // NOLINT(bugprone-use-after-move): the moved-from state is the point
+    CHECK(cache.max_len() == 0);  // NOLINT(bugprone-use-after-move)
     CHECK_ERROR(ShapeError, cache.keys(0), "KvCache: it holds no storage (it was moved from)");
     CHECK_ERROR(ShapeError, model.forward(std::vector<Token>{1}, state, &cache), "holds 0 of at most 0 tokens");
     KvCache<float> assigned = model.make_cache(4);
     assigned = std::move(moved);
     CHECK(assigned.length() == 19);
     CHECK(moved.length() == 0);  // NOLINT(bugprone-use-after-move)
+    CHECK(moved.max_len() == 0);  // NOLINT(bugprone-use-after-move): not the 4 `assigned` had room for
     CHECK_ERROR(ShapeError, moved.values(0), "it holds no storage");
-    CHECK_ERROR(ShapeError, model.forward(std::vector<Token>{1}, state, &moved), "it holds no storage");
+    CHECK_ERROR(ShapeError, model.forward(std::vector<Token>{1}, state, &moved), "holds 0 of at most 0 tokens");
 
     // Moved onto itself (std::swap(a, a) does that) a cache keeps its tokens and its DINT histories:
     // a defaulted move would have emptied the vector of histories and kept the count.

@@ -71,8 +71,8 @@ public:
         rotary_ = RotaryTable<T>(attention.rotary(), max_len);
     }
 
-    /// A move leaves `other` holding no tokens (length() 0): its storage went with the move, so
-    /// nothing may read the tokens it counted.
+    /// A move, constructing or assigning, leaves `other` holding no tokens and no room (length() and
+    /// max_len() 0): its storage went with the move, so nothing may read the tokens it counted.
     KvCache(KvCache&& other) noexcept
         : config_(std::move(other.config_)), precision_(other.precision_), f32_(std::move(other.f32_)),
           f16_(std::move(other.f16_)), bf16_(std::move(other.bf16_)), dint_(std::move(other.dint_)),
@@ -85,7 +85,7 @@ public:
         f16_ = std::move(other.f16_);
         bf16_ = std::move(other.bf16_);
         dint_ = std::move(other.dint_);
-        rotary_ = std::move(other.rotary_);
+        rotary_ = std::exchange(other.rotary_, RotaryTable<T>{});  // Eigen's move assignment swaps
         length_ = std::exchange(other.length_, 0);
         return *this;
     }
