@@ -500,10 +500,9 @@ int run(const Options& o) {
     // The kept maps: one sequence's in memory at a time, every sequence's in the --maps files.
     long double map_entries = 0;
     for (const Sequence& s : sequences) {
-        const long double entries =
-            AttentionAnalyzer<T>::kept_map_entries(config, s.rows, static_cast<Index>(s.tokens.size()));
-        require_memory(entries * sizeof(double), "--maps: the kept maps of sequence \"", s.name, "\"");
-        map_entries += entries;
+        const Index n = static_cast<Index>(s.tokens.size());
+        const std::string what = "--maps: the kept maps of sequence \"" + s.name + "\"";
+        map_entries += AttentionAnalyzer<T>::require_kept_maps_fit(config, s.rows, n, what);
     }
     prepare_outputs(o, sequences, map_entries);
 

@@ -28,6 +28,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 namespace diffattn::analysis {
@@ -58,10 +59,21 @@ public:
         return keys * 4 * static_cast<long double>(config.num_hidden_layers * config.num_attention_heads);
     }
 
+    /// kept_map_entries(config, rows, n), after a ShapeError that starts with `what` when those
+    /// doubles exceed the machine's memory (require_memory). The one check of the kept maps' size:
+    /// run() makes it, and a program that must refuse before it writes anything makes it earlier.
+    template <typename... What>
+    static long double require_kept_maps_fit(const ModelConfig& config, const std::vector<AnalysisRow>& rows, Index n,
+                                             What&&... what) {
+        const long double entries = kept_map_entries(config, rows, n);
+        require_memory(entries * sizeof(double), std::forward<What>(what)...);
+        return entries;
+    }
+
     /// Analyses `rows` (check_rows: ShapeError / OptionError naming a bad row or position) of the
     /// plain forward of `tokens` (DecoderModel::forward's checks: ShapeError for a token id outside
     /// the vocabulary or more tokens than max_len) into `result`, whose storage is reused. ShapeError,
-    /// before anything is computed, when the kept maps (kept_map_entries) exceed the machine's memory.
+    /// before anything is computed, when the kept maps exceed the machine's memory (require_kept_maps_fit).
     void run(const DecoderModel<T>& model, const std::vector<Token>& tokens, const std::vector<AnalysisRow>& rows,
              AnalysisResult& result) {
         constexpr const char* function = "AttentionAnalyzer::run";
@@ -69,8 +81,7 @@ public:
         require<ShapeError>(n <= max_len(), function, ": ", n, " tokens but the analyzer holds at most ", max_len());
         check_rows(function, rows, n);
         const ModelConfig& config = model.config();
-        require_memory(kept_map_entries(config, rows, n) * sizeof(double), function, ": the kept maps of ", n,
-                       " tokens' rows");
+        require_kept_maps_fit(config, rows, n, function, ": the kept maps of ", n, " tokens' rows");
         require<ShapeError>(state_.fits(config) && config.attention_config().head_dim() == pass_.head_dim(),
                             function, ": the analyzer was made for another configuration (make it from this model's config())");
         result.kind = config.attention;
