@@ -13,8 +13,9 @@
 #include <limits>
 
 /// Fewer than kFewRowsLinear rows take detail::few_rows_linear (W read once); 16 and more Eigen's
-/// GEMM. Every row count to 17; inner widths around the SIMD packet (tails of every length) and past
-/// the wide groups' 2 KB chunks of x; 1-70 features (past a wide group's block of 48 W rows); a W
+/// GEMM. Every row count to 17; inner widths around the SIMD packet (tails of every length), on both
+/// sides of the 3 KB bound of one row's row-by-row path (300 and 700: 1.2 / 2.8 KB in float, 2.4 /
+/// 5.6 KB in double) and past the wide groups' 2 KB chunks of x; 1-70 features (past a wide group's block of 48 W rows); a W
 /// block boundary (4000 doubles: 32 KB rows); x and out as column blocks of wider matrices, at
 /// depth 1019 with rows a multiple of 4 KB apart (the wide groups copy such x chunks first). Each
 /// output is one dot product: within gamma_K = K eps / (1 - K eps) of sum |x_k w_k| (Higham, eq.
@@ -26,7 +27,7 @@ void check_few_rows_linear() {
     using diffattn::RowMatrix;
     constexpr double eps = std::numeric_limits<T>::epsilon();
     std::uint64_t seed = 11;
-    const Index depths[] = {1, 3, 7, 8, 16, 17, 33, 100, 129, 1019, 1100, 4000};
+    const Index depths[] = {1, 3, 7, 8, 16, 17, 33, 100, 129, 300, 700, 1019, 1100, 4000};
     const Index page = 4096 / static_cast<Index>(sizeof(T));  // entries in 4 KB
     for (Index rows = 1; rows <= 17; ++rows) {
         for (Index depth : depths) {

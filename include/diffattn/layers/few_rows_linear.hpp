@@ -100,8 +100,10 @@ void one_row_dots_row_by_row(const T* x, const W& w, Out& out, Index j_begin, In
 }
 
 /// Rows of W at most this long are read row by row for one x row (one_row_dots_row_by_row);
-/// longer ones give each of accumulate_dots's streams enough lines for the prefetchers.
-inline constexpr Index kShortRowBytes = 2048;
+/// longer ones give each of accumulate_dots's streams enough lines for the prefetchers. 3 KB
+/// covers the bench model's down projection (depth 683); at 4 KB the two orders are even
+/// (docs/benchmarks.md, "Short rows up to 3 KB").
+inline constexpr Index kShortRowBytes = 3072;
 
 /// out[n, j + r] = the sum of acc[r][n]'s lanes plus the scalar tail [k_tail, depth).
 template <int R, int N, typename Packet, typename T, typename Out>
