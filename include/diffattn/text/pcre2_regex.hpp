@@ -14,8 +14,10 @@
 #endif
 #include <pcre2.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -37,8 +39,20 @@ struct Pcre2CodeDeleter {
 struct Pcre2MatchDataDeleter {
     void operator()(pcre2_match_data_8* data) const { pcre2_match_data_free_8(data); }
 };
+struct Pcre2MatchContextDeleter {
+    void operator()(pcre2_match_context_8* context) const { pcre2_match_context_free_8(context); }
+};
 
 }  // namespace detail
+
+/// The matching steps (PCRE2's match limit) one Pcre2Regex::for_each_match may spend on a subject
+/// of n bytes: kMatchStepsBase + kMatchStepsPerByte n. PCRE2's limit holds for one match, and a
+/// pattern that backtracks over the rest of the text at every match (`(?:a|b)*c|.` on a run of
+/// "a") costs the square of the length in all; the tokenizers' patterns need a few steps per byte.
+inline constexpr std::uint64_t kMatchStepsBase = std::uint64_t{1} << 20;
+inline constexpr std::uint64_t kMatchStepsPerByte = 256;
+/// The first limit each match is tried with; it doubles until the match ends or the budget does.
+inline constexpr std::uint64_t kFirstMatchLimit = 64;
 
 class Pcre2Regex {
 public:
@@ -70,19 +84,40 @@ public:
     /// The pattern must not match the empty string (can_match_empty() false: the caller refuses
     /// such patterns, whose empty matches Oniguruma and PCRE2 step over differently). `subject`
     /// must be valid UTF-8: the caller checks it once, PCRE2 does not check it again. A matching
-    /// failure (a resource limit) is an Error naming `what`.
+    /// failure (a resource limit, or the call's budget of matching steps: kMatchStepsPerByte) is an
+    /// Error naming `what`.
+    ///
+    /// PCRE2 reports no step count, so each match starts with a limit of kFirstMatchLimit steps,
+    /// doubled after each try that reaches it, and every try is charged its whole limit: the budget
+    /// is spent at most twice as fast as the steps are, plus kFirstMatchLimit per match (a try that
+    /// overflows the JIT's stack is redone by the interpreter under the same limit, uncharged).
     template <typename OnMatch>
     void for_each_match(std::string_view subject, const char* what, OnMatch&& on_match) const {
         const std::unique_ptr<pcre2_match_data_8, detail::Pcre2MatchDataDeleter> data(
             pcre2_match_data_create_from_pattern_8(code_.get(), nullptr));
-        require<Error>(data != nullptr, what, ": out of memory for PCRE2 match data");
+        const std::unique_ptr<pcre2_match_context_8, detail::Pcre2MatchContextDeleter> context(
+            pcre2_match_context_create_8(nullptr));
+        require<Error>(data != nullptr && context != nullptr, what, ": out of memory for PCRE2 match data");
         const auto* text = reinterpret_cast<PCRE2_SPTR8>(subject.data());
+        const std::uint64_t budget = kMatchStepsBase + kMatchStepsPerByte * subject.size();
+        std::uint64_t spent = 0;
         PCRE2_SIZE start = 0;
         while (start < subject.size()) {
-            int rc = pcre2_match_8(code_.get(), text, subject.size(), start, PCRE2_NO_UTF_CHECK, data.get(), nullptr);
-            if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {  // the interpreter keeps its backtracking on the heap
-                rc = pcre2_match_8(code_.get(), text, subject.size(), start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
-                                   data.get(), nullptr);
+            int rc = PCRE2_ERROR_MATCHLIMIT;
+            for (std::uint64_t limit = kFirstMatchLimit; rc == PCRE2_ERROR_MATCHLIMIT; limit *= 2) {
+                require<Error>(spent < budget, what, ": the regex took more than ", budget, " matching steps on ",
+                               subject.size(), " bytes (", kMatchStepsPerByte, " a byte), at byte ", start,
+                               ": it backtracks over much of the text at each match");
+                constexpr std::uint64_t kMaxLimit = std::numeric_limits<std::uint32_t>::max();  // PCRE2's type
+                const std::uint64_t steps = std::min({limit, budget - spent, kMaxLimit});
+                pcre2_set_match_limit_8(context.get(), static_cast<std::uint32_t>(steps));
+                spent += steps;
+                rc = pcre2_match_8(code_.get(), text, subject.size(), start, PCRE2_NO_UTF_CHECK, data.get(),
+                                   context.get());
+                if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {  // the interpreter keeps its backtracking on the heap
+                    rc = pcre2_match_8(code_.get(), text, subject.size(), start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
+                                       data.get(), context.get());
+                }
             }
             if (rc == PCRE2_ERROR_NOMATCH) return;
             require<Error>(rc >= 0, what, ": the regex match failed at byte ", start, " of ", subject.size(), ": ",
