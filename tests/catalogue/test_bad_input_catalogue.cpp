@@ -844,7 +844,7 @@ TEST_CASE("text that is not UTF-8, or a token id that names no token", "[catalog
 TEST_CASE("a tokenizer regex that backtracks over the text at every match", "[catalogue][tokenizer]") {
     // Each match of (?:a|b)*c|. in a run of "a" first tries the first branch to the end of the
     // text, then takes one "a": n^2 / 2 steps in all, seconds at 20 000 bytes and minutes at
-    // 130 000. A call may spend text::kMatchStepsPerByte steps a byte (plus a base).
+    // 130 000. A text may spend text::kMatchStepsPerByte steps a byte (plus a base).
     nlohmann::json j = nlohmann::json::parse(
         std::ifstream(fs::path(DIFFATTN_TEST_DATA_DIR) / "text" / "tiny_llama3" / "tokenizer.json"));
     j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "(?:a|b)*c|."}};
@@ -852,7 +852,8 @@ TEST_CASE("a tokenizer regex that backtracks over the text at every match", "[ca
     CHECK(tokenizer.encode(std::string(300, 'a'), false).size() == 300);  // a short text stays within its budget
     CHECK_ERROR(Error, tokenizer.encode(std::string(20000, 'a')),
                 "Tokenizer::encode: pre-tokenizer: the regex took more than ",
-                " matching steps on 20000 bytes (256 a byte)", "it backtracks over much of the text at each match");
+                " matching steps on a text of 20000 bytes (256 a byte), at byte ",
+                "it backtracks over much of the text at each match");
 }
 
 // ---- Attention analysis ---------------------------------------------------------------------------

@@ -106,3 +106,14 @@ TEST_CASE("pre-tokenizer: long runs (JIT stack, backtracking) split without erro
     for (const std::string& piece : pieces_of(pre, mixed)) total += piece.size();
     CHECK(total == mixed.size());
 }
+
+TEST_CASE("pre-tokenizer: the regexes of every step and piece share the text's matching budget") {
+    // Step 1 cuts 20 000 "a" into pieces of 1000; step 2 backtracks over the rest of its piece at
+    // every match: about 1000^2 / 2 steps a piece, within what a piece of 1000 bytes alone would
+    // get, but 20 times that is over the text's 2^20 + 256 x 20 000.
+    const PreTokenizer pre({PreTokenizerStep::split("a{1000}", "test"), PreTokenizerStep::split("(?:a|b)*c|.", "test")});
+    CHECK(pieces_of(pre, std::string(1000, 'a')).size() == 1000);
+    CHECK_THROWS_WITH(pieces_of(pre, std::string(20000, 'a')),
+                      Catch::Contains("matching steps on a text of 20000 bytes (256 a byte), at byte ") &&
+                          Catch::Contains("of a piece of 1000: it backtracks over much of the text at each match"));
+}

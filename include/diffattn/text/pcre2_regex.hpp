@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace diffattn::text {
 
@@ -45,14 +46,39 @@ struct Pcre2MatchContextDeleter {
 
 }  // namespace detail
 
-/// The matching steps (PCRE2's match limit) one Pcre2Regex::for_each_match may spend on a subject
-/// of n bytes: kMatchStepsBase + kMatchStepsPerByte n. PCRE2's limit holds for one match, and a
-/// pattern that backtracks over the rest of the text at every match (`(?:a|b)*c|.` on a run of
-/// "a") costs the square of the length in all; the tokenizers' patterns need a few steps per byte.
+/// The matching steps (PCRE2's match limit) a text may spend, over every Pcre2Regex::for_each_match
+/// on it and on its pieces (MatchBudget): kMatchStepsBase + kMatchStepsPerByte n for n bytes. PCRE2's
+/// limit holds for one match, and a pattern that backtracks over the rest of the text at every match
+/// (`(?:a|b)*c|.` on a run of "a") costs the square of the text's length in all; the tokenizers'
+/// patterns need at most about 20 steps a byte (docs/tokenizer.md, "Regular expressions").
 inline constexpr std::uint64_t kMatchStepsBase = std::uint64_t{1} << 20;
 inline constexpr std::uint64_t kMatchStepsPerByte = 256;
 /// The first limit each match is tried with; it doubles until the match ends or the budget does.
 inline constexpr std::uint64_t kFirstMatchLimit = 64;
+
+/// The matching steps left to a text of `text_bytes` bytes (kMatchStepsPerByte), shared by every
+/// match on it and its pieces, over every pre-tokenizer step.
+class MatchBudget {
+public:
+    explicit MatchBudget(std::size_t text_bytes)
+        : text_bytes_(text_bytes), steps_(kMatchStepsBase + kMatchStepsPerByte * text_bytes) {}
+
+    /// Takes up to `limit` steps for one try (fewer when fewer are left). Error naming `what` and
+    /// the place (byte `start` of a piece of `piece_bytes`) when none are left.
+    std::uint64_t take(std::uint64_t limit, const char* what, std::size_t start, std::size_t piece_bytes) {
+        require<Error>(spent_ < steps_, what, ": the regex took more than ", steps_, " matching steps on a text of ",
+                       text_bytes_, " bytes (", kMatchStepsPerByte, " a byte), at byte ", start, " of a piece of ",
+                       piece_bytes, ": it backtracks over much of the text at each match");
+        const std::uint64_t taken = std::min(limit, steps_ - spent_);
+        spent_ += taken;
+        return taken;
+    }
+
+private:
+    std::size_t text_bytes_;
+    std::uint64_t steps_;
+    std::uint64_t spent_ = 0;
+};
 
 class Pcre2Regex {
 public:
@@ -84,34 +110,27 @@ public:
     /// The pattern must not match the empty string (can_match_empty() false: the caller refuses
     /// such patterns, whose empty matches Oniguruma and PCRE2 step over differently). `subject`
     /// must be valid UTF-8: the caller checks it once, PCRE2 does not check it again. A matching
-    /// failure (a resource limit, or the call's budget of matching steps: kMatchStepsPerByte) is an
-    /// Error naming `what`.
+    /// failure (a resource limit, or no steps left in `budget`) is an Error naming `what`.
     ///
     /// PCRE2 reports no step count, so each match starts with a limit of kFirstMatchLimit steps,
     /// doubled after each try that reaches it, and every try is charged its whole limit: the budget
     /// is spent at most twice as fast as the steps are, plus kFirstMatchLimit per match (a try that
     /// overflows the JIT's stack is redone by the interpreter under the same limit, uncharged).
     template <typename OnMatch>
-    void for_each_match(std::string_view subject, const char* what, OnMatch&& on_match) const {
+    void for_each_match(std::string_view subject, const char* what, MatchBudget& budget, OnMatch&& on_match) const {
         const std::unique_ptr<pcre2_match_data_8, detail::Pcre2MatchDataDeleter> data(
             pcre2_match_data_create_from_pattern_8(code_.get(), nullptr));
         const std::unique_ptr<pcre2_match_context_8, detail::Pcre2MatchContextDeleter> context(
             pcre2_match_context_create_8(nullptr));
         require<Error>(data != nullptr && context != nullptr, what, ": out of memory for PCRE2 match data");
         const auto* text = reinterpret_cast<PCRE2_SPTR8>(subject.data());
-        const std::uint64_t budget = kMatchStepsBase + kMatchStepsPerByte * subject.size();
-        std::uint64_t spent = 0;
         PCRE2_SIZE start = 0;
         while (start < subject.size()) {
             int rc = PCRE2_ERROR_MATCHLIMIT;
             for (std::uint64_t limit = kFirstMatchLimit; rc == PCRE2_ERROR_MATCHLIMIT; limit *= 2) {
-                require<Error>(spent < budget, what, ": the regex took more than ", budget, " matching steps on ",
-                               subject.size(), " bytes (", kMatchStepsPerByte, " a byte), at byte ", start,
-                               ": it backtracks over much of the text at each match");
                 constexpr std::uint64_t kMaxLimit = std::numeric_limits<std::uint32_t>::max();  // PCRE2's type
-                const std::uint64_t steps = std::min({limit, budget - spent, kMaxLimit});
+                const std::uint64_t steps = budget.take(std::min(limit, kMaxLimit), what, start, subject.size());
                 pcre2_set_match_limit_8(context.get(), static_cast<std::uint32_t>(steps));
-                spent += steps;
                 rc = pcre2_match_8(code_.get(), text, subject.size(), start, PCRE2_NO_UTF_CHECK, data.get(),
                                    context.get());
                 if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {  // the interpreter keeps its backtracking on the heap
@@ -127,6 +146,13 @@ public:
             on_match(static_cast<std::size_t>(ovector[0]), static_cast<std::size_t>(ovector[1]));
             start = ovector[1];
         }
+    }
+
+    /// As above with a budget of its own for `subject`.
+    template <typename OnMatch>
+    void for_each_match(std::string_view subject, const char* what, OnMatch&& on_match) const {
+        MatchBudget budget(subject.size());
+        for_each_match(subject, what, budget, std::forward<OnMatch>(on_match));
     }
 
     /// True when the pattern matches at exactly `pos` of `subject` (anchored there).

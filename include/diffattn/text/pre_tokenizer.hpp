@@ -60,8 +60,10 @@ public:
     PreTokenizer() = default;
     explicit PreTokenizer(std::vector<PreTokenizerStep> steps) : steps_(std::move(steps)) {}
 
-    /// Splits `text` (valid UTF-8) into pieces, replacing `pieces`. No piece is empty.
+    /// Splits `text` (valid UTF-8) into pieces, replacing `pieces`. No piece is empty. The matches of
+    /// every step share one MatchBudget for the text: an Error when its regexes backtrack too much.
     void split(std::string_view text, std::vector<std::string>& pieces) const {
+        MatchBudget budget(text.size());
         pieces.clear();
         if (!text.empty()) pieces.emplace_back(text);
         std::vector<std::string> next;
@@ -74,7 +76,8 @@ public:
                     continue;
                 }
                 std::size_t gap = 0;  // Isolated: the gaps between matches are pieces too
-                step.regex->for_each_match(piece, "Tokenizer::encode: pre-tokenizer", [&](std::size_t b, std::size_t e) {
+                const char* what = "Tokenizer::encode: pre-tokenizer";
+                step.regex->for_each_match(piece, what, budget, [&](std::size_t b, std::size_t e) {
                     if (b > gap) next.emplace_back(piece, gap, b - gap);
                     next.emplace_back(piece, b, e - b);
                     gap = e;
