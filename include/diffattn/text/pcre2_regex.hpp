@@ -21,7 +21,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <utility>
 
 namespace diffattn::text {
 
@@ -57,27 +56,37 @@ inline constexpr std::uint64_t kMatchStepsPerByte = 256;
 inline constexpr std::uint64_t kFirstMatchLimit = 64;
 
 /// The matching steps left to a text of `text_bytes` bytes (kMatchStepsPerByte), shared by every
-/// match on it and its pieces, over every pre-tokenizer step.
+/// match on it and its pieces, over every pre-tokenizer step; and the PCRE2 match context that
+/// carries each try's limit, made once for the text rather than once per piece.
 class MatchBudget {
 public:
     explicit MatchBudget(std::size_t text_bytes)
-        : text_bytes_(text_bytes), steps_(kMatchStepsBase + kMatchStepsPerByte * text_bytes) {}
+        : text_bytes_(text_bytes), steps_(kMatchStepsBase + kMatchStepsPerByte * text_bytes),
+          context_(pcre2_match_context_create_8(nullptr)) {
+        require<Error>(context_ != nullptr, "MatchBudget: out of memory for a PCRE2 match context");
+    }
 
-    /// Takes up to `limit` steps for one try (fewer when fewer are left). Error naming `what` and
-    /// the place (byte `start` of a piece of `piece_bytes`) when none are left.
-    std::uint64_t take(std::uint64_t limit, const char* what, std::size_t start, std::size_t piece_bytes) {
+    /// Takes up to `limit` steps for one try (fewer when fewer are left, and at most 2^32 - 1, PCRE2's
+    /// type) and sets them as context()'s match limit. Error naming `what` and the place (byte
+    /// `start` of a piece of `piece_bytes`) when none are left.
+    void take(std::uint64_t limit, const char* what, std::size_t start, std::size_t piece_bytes) {
         require<Error>(spent_ < steps_, what, ": the regex took more than ", steps_, " matching steps on a text of ",
                        text_bytes_, " bytes (", kMatchStepsPerByte, " a byte), at byte ", start, " of a piece of ",
                        piece_bytes, ": it backtracks over much of the text at each match");
-        const std::uint64_t taken = std::min(limit, steps_ - spent_);
+        constexpr std::uint64_t kMaxLimit = std::numeric_limits<std::uint32_t>::max();
+        const std::uint64_t taken = std::min({limit, steps_ - spent_, kMaxLimit});
         spent_ += taken;
-        return taken;
+        pcre2_set_match_limit_8(context_.get(), static_cast<std::uint32_t>(taken));
     }
+
+    /// The match context whose limit the last take() set.
+    pcre2_match_context_8* context() const { return context_.get(); }
 
 private:
     std::size_t text_bytes_;
     std::uint64_t steps_;
     std::uint64_t spent_ = 0;
+    std::unique_ptr<pcre2_match_context_8, detail::Pcre2MatchContextDeleter> context_;
 };
 
 class Pcre2Regex {
@@ -120,22 +129,18 @@ public:
     void for_each_match(std::string_view subject, const char* what, MatchBudget& budget, OnMatch&& on_match) const {
         const std::unique_ptr<pcre2_match_data_8, detail::Pcre2MatchDataDeleter> data(
             pcre2_match_data_create_from_pattern_8(code_.get(), nullptr));
-        const std::unique_ptr<pcre2_match_context_8, detail::Pcre2MatchContextDeleter> context(
-            pcre2_match_context_create_8(nullptr));
-        require<Error>(data != nullptr && context != nullptr, what, ": out of memory for PCRE2 match data");
+        require<Error>(data != nullptr, what, ": out of memory for PCRE2 match data");
         const auto* text = reinterpret_cast<PCRE2_SPTR8>(subject.data());
         PCRE2_SIZE start = 0;
         while (start < subject.size()) {
             int rc = PCRE2_ERROR_MATCHLIMIT;
             for (std::uint64_t limit = kFirstMatchLimit; rc == PCRE2_ERROR_MATCHLIMIT; limit *= 2) {
-                constexpr std::uint64_t kMaxLimit = std::numeric_limits<std::uint32_t>::max();  // PCRE2's type
-                const std::uint64_t steps = budget.take(std::min(limit, kMaxLimit), what, start, subject.size());
-                pcre2_set_match_limit_8(context.get(), static_cast<std::uint32_t>(steps));
+                budget.take(limit, what, start, subject.size());
                 rc = pcre2_match_8(code_.get(), text, subject.size(), start, PCRE2_NO_UTF_CHECK, data.get(),
-                                   context.get());
+                                   budget.context());
                 if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {  // the interpreter keeps its backtracking on the heap
                     rc = pcre2_match_8(code_.get(), text, subject.size(), start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
-                                       data.get(), context.get());
+                                       data.get(), budget.context());
                 }
             }
             if (rc == PCRE2_ERROR_NOMATCH) return;
@@ -146,13 +151,6 @@ public:
             on_match(static_cast<std::size_t>(ovector[0]), static_cast<std::size_t>(ovector[1]));
             start = ovector[1];
         }
-    }
-
-    /// As above with a budget of its own for `subject`.
-    template <typename OnMatch>
-    void for_each_match(std::string_view subject, const char* what, OnMatch&& on_match) const {
-        MatchBudget budget(subject.size());
-        for_each_match(subject, what, budget, std::forward<OnMatch>(on_match));
     }
 
     /// True when the pattern matches at exactly `pos` of `subject` (anchored there).
