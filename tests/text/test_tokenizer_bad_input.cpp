@@ -279,18 +279,13 @@ TEST_CASE("tokenizer bad input: counts over the limits") {
     using namespace diffattn::text;
     // The limits, as docs/tokenizer.md states them ...
     const diffattn::detail::JsonLimits limits = tokenizer_json_limits();
-    const auto limit_of = [&](const std::string& path) {
-        for (const auto& large : limits.large_containers) {
-            if (large.path == path) return large.max_members;
-        }
-        return std::size_t(0);
-    };
-    CHECK(limit_of("model.vocab") == 2097152);
-    CHECK(limit_of("model.merges") == 4194304);
-    CHECK(limit_of("added_tokens") == 65536);
+    CHECK(limits.max_members("model.vocab", false) == 2097152);
+    CHECK(limits.max_members("model.merges", true) == 4194304);
+    CHECK(limits.max_members("added_tokens", true) == 65536);
     CHECK(limits.max_values == 16777216);
     CHECK(limits.max_array_size == 4096);
     CHECK(limits.max_object_members == 4096);
+    CHECK(limits.max_members("model.added_tokens", true) == 4096);  // the path, not the last name
     // ... and their checks, each one tried with the same limits scaled down (a pass over tens of MB
     // takes half a minute under the sanitizers).
     diffattn::detail::JsonLimits scaled = limits;

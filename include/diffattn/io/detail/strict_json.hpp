@@ -68,6 +68,15 @@ struct JsonLimits {
         std::size_t max_members;
     };
     std::vector<LargeContainer> large_containers;
+
+    /// The members allowed in the container at `path` (an array or an object): its LargeContainer's
+    /// limit, else max_array_size / max_object_members.
+    std::size_t max_members(const std::string& path, bool array) const {
+        for (const LargeContainer& large : large_containers) {
+            if (large.path == path) return large.max_members;
+        }
+        return array ? max_array_size : max_object_members;
+    }
 };
 
 /// `text` as a JSON string literal (control characters escaped, invalid UTF-8 replaced), for messages.
@@ -148,10 +157,7 @@ inline JsonProblem check_json_text(const char* first, const char* last, const Js
             const bool counted = !array && open_containers.size() == 1 && !limits.counted_object.empty() &&
                                  top_level_key == limits.counted_object;
             Container container{array, counted, 0, {}, child_path(), 0};
-            container.max_members = array ? limits.max_array_size : limits.max_object_members;
-            for (const JsonLimits::LargeContainer& large : limits.large_containers) {
-                if (large.path == container.path) container.max_members = large.max_members;
-            }
+            container.max_members = limits.max_members(container.path, array);
             open_containers.push_back(std::move(container));
             return true;
         }
