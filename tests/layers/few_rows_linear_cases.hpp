@@ -15,12 +15,12 @@
 /// Fewer than kFewRowsLinear rows take detail::few_rows_linear (W read once); 16 and more Eigen's
 /// GEMM. Every row count to 17; inner widths around the SIMD packet (tails of every length), on both
 /// sides of the 3 KB bound of one row's row-by-row path (300 and 700: 1.2 / 2.8 KB in float, 2.4 /
-/// 5.6 KB in double) and past the wide groups' 2 KB chunks of x; 1-70 features (past a wide group's block of 48 W rows); a W
-/// block boundary (4000 doubles: 32 KB rows); x and out as column blocks of wider matrices, at
-/// depth 1019 with rows a multiple of 4 KB apart (the wide groups copy such x chunks first). Each
-/// output is one dot product: within gamma_K = K eps / (1 - K eps) of sum |x_k w_k| (Higham, eq.
-/// 3.5), and the same bits as the call of its row alone (a batched decode step equals each
-/// sequence's own).
+/// 5.6 KB in double) and past the wide groups' 2 KB chunks of x; 1-70 features (past a wide group's
+/// block of 48 W rows); a W block boundary (4000 doubles: 32 KB rows); x and out as column blocks
+/// of wider matrices, at depth 1019 with rows a multiple of 4 KB apart (the wide groups copy such x
+/// chunks first). Each output is one dot product: within gamma_K = K eps / (1 - K eps) of sum
+/// |x_k w_k| (Higham, eq. 3.5), and the same bits as the call of its row alone (a batched decode
+/// step equals each sequence's own).
 template <typename T>
 void check_few_rows_linear() {
     using diffattn::Index;
