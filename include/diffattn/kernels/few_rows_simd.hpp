@@ -247,11 +247,13 @@ __attribute__((always_inline)) inline void accumulate_value_columns(const float*
 /// acc[m][0, dv) += sum_j p[m][j] * (values row j) for j < count and each of the M (1-4) weight
 /// rows: values row-major with `stride`. The columns go 64 at a time, or 128 where dv > 64 and M <=
 /// 2 (four or eight vectors per output, held in registers over all the keys), so that a row of up
-/// to 128 columns is read whole, in the order it lies in memory; the first sweep prefetches whole
-/// rows ahead, unless `prefetch` is false (the rows already read). The M outputs take each value
-/// packet from one load: DINT causal_mean's O and O1 = A1 V (diff_few_rows.hpp), or the query rows
-/// of a GQA group, whose sweeps of a tile after the first had cost most of the time of the first.
-/// Each output's sums are those of the M = 1 call, in the same order.
+/// to 128 columns is read whole, in the order it lies in memory. A row of up to 48 columns takes as
+/// few vectors as hold it: a vector masked off whole sends every key through the masked loop
+/// (docs/benchmarks.md, "Rows of 32 values"). The first sweep prefetches whole rows ahead, unless
+/// `prefetch` is false (the rows already read). The M outputs take each value packet from one load:
+/// DINT causal_mean's O and O1 = A1 V (diff_few_rows.hpp), or the query rows of a GQA group, whose
+/// sweeps of a tile after the first had cost most of the time of the first. Each output's sums are
+/// those of the M = 1 call, in the same order.
 template <int M, typename S>
 void accumulate_value_rows(const float* const (&p)[M], const S* values, Index stride, Index count, Index dv,
                            float* const (&acc)[M], bool prefetch) {
@@ -271,7 +273,12 @@ void accumulate_value_rows(const float* const (&p)[M], const S* values, Index st
     if constexpr (M <= 2) {  // 16 sums at most: 8 vectors of each output fit the registers
         if (dv > 64) return sweep(std::integral_constant<int, 8>{});
     }
-    sweep(std::integral_constant<int, 4>{});
+    switch ((dv + 15) / 16) {  // the fewest vectors that hold a row: none masked off whole
+        case 1: return sweep(std::integral_constant<int, 1>{});
+        case 2: return sweep(std::integral_constant<int, 2>{});
+        case 3: return sweep(std::integral_constant<int, 3>{});
+        default: return sweep(std::integral_constant<int, 4>{});
+    }
 }
 
 }  // namespace diffattn::detail
