@@ -1,5 +1,6 @@
 // Every argument error of the kernels throws the documented exception type with a message that
-// names the function and the shapes involved; the reference checks the same rules.
+// names the function and the shapes involved; the reference checks the same rules
+// (kernels/attention_checks.hpp owns them).
 #include "test_support.hpp"
 
 #include "diffattn/core/error.hpp"
@@ -136,6 +137,23 @@ TEMPLATE_TEST_CASE("kernels: option errors (valid_len, scale, lambda)", "[kernel
                 REQUIRE_NOTHROW(reference::softmax_attention(q, k, v, o));
             }
         }
+    }
+    SECTION("a mask kind or an integral outside their enums") {
+        // Read from a file or cast from an int: refused by the fast kernels and the reference alike,
+        // never computed as some other mode.
+        AttentionOptions bad_mask;
+        bad_mask.mask = static_cast<MaskKind>(7);
+        REQUIRE_THROWS_WITH(diffattn::softmax_attention(q, k, v, out, bad_mask),
+                            Contains("softmax_attention") && Contains("unknown mask kind"));
+        REQUIRE_THROWS_WITH(reference::softmax_attention(q, k, v, bad_mask),
+                            Contains("reference::softmax_attention") && Contains("unknown mask kind"));
+        const auto bad_integral = static_cast<DintIntegral>(7);
+        REQUIRE_THROWS_AS(diffattn::dint_attention(q, k, q, k, v, T(0.5), bad_integral, out), OptionError);
+        REQUIRE_THROWS_WITH(diffattn::dint_attention(q, k, q, k, v, T(0.5), bad_integral, out),
+                            Contains("dint_attention") && Contains("unknown DintIntegral"));
+        REQUIRE_THROWS_AS(reference::dint_attention(q, k, q, k, v, T(0.5), bad_integral), OptionError);
+        REQUIRE_THROWS_WITH(reference::dint_attention(q, k, q, k, v, T(0.5), bad_integral),
+                            Contains("reference::dint_attention") && Contains("unknown DintIntegral"));
     }
     SECTION("lambda not finite") {
         const RowMatrix<T> q9 = ones<T>(9, 4), k9 = ones<T>(9, 4), v9 = ones<T>(9, 8);

@@ -78,7 +78,7 @@ public:
         const detail::ResolvedOptions resolved =
             start_differential(function, q1, k1, q2, k2, v, lambda, out, options, static_cast<int>(integral), [&](
                                    const detail::ResolvedOptions& r) {
-                detail::check_dint<T>(integral, r, q1.rows(), k1.rows(), v.cols(), nullptr);
+                detail::check_dint<T>(integral, r, detail::named("Q1", q1), detail::named("K1", k1), v.cols(), nullptr);
             });
         if (integral == DintIntegral::causal_softmax) {
             softmax_integral(q1, k1, q2, k2, v, lambda, resolved, out);

@@ -8,10 +8,9 @@
 // kQueryTile x kKeyTile tile plus packed operands (PackedTiles).
 #pragma once
 
-#include "diffattn/core/checks.hpp"
-#include "diffattn/core/error.hpp"
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/kernels/attention_checks.hpp"
 #include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/kernels/few_rows_products.hpp"
 #include "diffattn/kernels/key_rows.hpp"
@@ -23,7 +22,6 @@
 
 #include <algorithm>
 #include <cassert>
-#include <cmath>
 #include <limits>
 #include <type_traits>
 
@@ -233,56 +231,6 @@ void for_each_query_group(Index seq_len_q, int threads, const Mask& /*mask*/, At
     parallel_for(query_group_count(seq_len_q), threads, schedule, [&](Index g, int thread) {
         f(g * kGroupRows, query_group_rows(seq_len_q, g), ws.block(thread));
     });
-}
-
-/// Options after validation, with defaults filled in.
-struct ResolvedOptions {
-    MaskKind mask;
-    Index valid_len;  ///< keys [0, valid_len) exist
-    double scale;     ///< s > 0
-    int threads;      ///< threads this build will use (1 without OpenMP)
-};
-
-/// Checks the shapes of one query/key/value triple and the output, and the options.
-///   names: how the function's documentation names q, k, v (e.g. "Q1", "K1", "V").
-///   S:     the scalar K and V are stored in (T, or a half-precision KV cache's).
-template <typename T, typename S = T>
-ResolvedOptions check_attention(const char* function, const char* q_name, const char* k_name, const char* v_name,
-                                const ConstMatrixRef<T>& q, const KeyOperand<S>& k, const ConstMatrixRef<S>& v,
-                                const MatrixRef<T>& out, const AttentionOptions& options) {
-    require_same_cols(function, named(k_name, k), named(q_name, q));
-    require_same_rows(function, named(v_name, v), named(k_name, k));
-    require<ShapeError>(k.rows() >= q.rows(), function, ": ", named(k_name, k), " but ",
-                        named(q_name, q), " (need at least as many keys as queries: S >= N)");
-    require_shape(function, named("out", out), q.rows(), v.cols());
-    require_no_alias(function, "out", out, q_name, q);
-    require_no_alias(function, "out", out, k_name, k);
-    require_no_alias(function, "out", out, v_name, v);
-
-    require_thread_count(function, options.threads);
-    ResolvedOptions resolved{options.mask, k.rows(), 0.0, available_threads(options.threads)};
-    if (options.valid_len) {
-        resolved.valid_len = *options.valid_len;
-        require<OptionError>(resolved.valid_len >= 0 && resolved.valid_len <= k.rows(), function,
-                             ": valid_len is ", resolved.valid_len, " but ", named(k_name, k),
-                             " (need 0 <= valid_len <= S)");
-    }
-    if (options.scale) {
-        resolved.scale = *options.scale;
-        require<OptionError>(std::isfinite(resolved.scale) && resolved.scale > 0, function,
-                             ": scale must be finite and > 0, got ", resolved.scale);
-        // The kernels scale in T: a float kernel would turn 1e300 into Inf (NaN logits) and 1e-300 into 0.
-        const T scale_in_t = static_cast<T>(resolved.scale);
-        require<OptionError>(std::isfinite(scale_in_t) && scale_in_t > 0, function, ": scale ", resolved.scale,
-                             " is not a finite value > 0 in ", sizeof(T) == sizeof(float) ? "float" : "double");
-    } else {
-        require<ShapeError>(q.cols() > 0 || q.rows() == 0, function, ": ", named(q_name, q),
-                            " (head dim 0 has no default scale 1/sqrt(d))");
-        resolved.scale = q.cols() > 0 ? 1.0 / std::sqrt(static_cast<double>(q.cols())) : 1.0;
-    }
-    require<OptionError>(options.mask == MaskKind::none || options.mask == MaskKind::causal, function,
-                         ": unknown mask kind");
-    return resolved;
 }
 
 /// Returns the caller's workspace, or `local`, reserved for these sizes (the kernels' only allocation point).

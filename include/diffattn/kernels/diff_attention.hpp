@@ -14,11 +14,9 @@ ResolvedOptions check_differential(const char* function, const ConstMatrixRef<T>
                                    const ConstMatrixRef<T>& q2, const KeyOperand<S>& k2,
                                    const ConstMatrixRef<S>& v, T lambda, const MatrixRef<T>& out,
                                    const AttentionOptions& options) {
-    require_same_shape(function, named("Q2", q2), named("Q1", q1));
-    require_same_shape(function, named("K2", k2), named("K1", k1));
+    check_second_map(function, q1, k1, q2, k2, static_cast<double>(lambda));
     require_no_alias(function, "out", out, "Q2", q2);
     require_no_alias(function, "out", out, "K2", k2);
-    require_finite(function, "lambda", static_cast<double>(lambda));
     return check_attention<T, S>(function, "Q1", "K1", "V", q1, k1, v, out, options);
 }
 

@@ -19,34 +19,16 @@
 namespace diffattn {
 namespace detail {
 
-/// Validates the DINT-specific options and the history, and sizes the history's sums.
+/// Validates the DINT-specific options and the history (check_dint_integral), and sizes the
+/// history's sums.
 template <typename T>
-void check_dint(DintIntegral integral, const ResolvedOptions& resolved, Index seq_len_q, Index seq_len_kv,
+void check_dint(DintIntegral integral, const ResolvedOptions& resolved, const NamedShape& q1, const NamedShape& k1,
                 Index value_dim, DintHistory<T>* history) {
     constexpr const char* function = "dint_attention";
-    const Index cached = seq_len_kv - seq_len_q;
-    switch (integral) {
-        case DintIntegral::global_mean:
-            require<OptionError>(resolved.mask == MaskKind::none, function,
-                                 ": integral global_mean sees the future and needs mask none, not causal");
-            require<OptionError>(history == nullptr || history->rows == 0, function,
-                                 ": integral global_mean cannot continue from a history (KV cache) of ",
-                                 history ? history->rows : 0, " rows");
-            return;
-        case DintIntegral::causal_mean:
-        case DintIntegral::causal_softmax:
-            break;
-        default:
-            throw OptionError(concat(function, ": unknown DintIntegral value"));
-    }
-    if (history == nullptr) {
-        require<OptionError>(cached == 0, function, ": K1 has ", seq_len_kv, " rows but Q1 has ", seq_len_q,
-                             "; a causal integral over ", cached, " cached rows needs their DintHistory");
-        return;
-    }
-    require<OptionError>(history->rows == cached, function, ": history has ", history->rows,
-                         " rows but K1 has ", seq_len_kv, " and Q1 ", seq_len_q, " (need history rows == S - N = ",
-                         cached, ")");
+    check_dint_integral(function, integral, resolved.mask, q1, k1,
+                        history != nullptr ? std::optional<Index>(history->rows) : std::nullopt);
+    if (integral == DintIntegral::global_mean || history == nullptr) return;
+    const Index seq_len_kv = k1.rows, cached = k1.rows - q1.rows;
     if (integral == DintIntegral::causal_mean) {
         if (history->rows == 0) {
             history->o1_row_sum.setZero(value_dim);
@@ -175,7 +157,7 @@ void dint_attention(const ConstMatrixRef<T>& q1, const KeyOperand<S>& k1, const 
                     AttentionWorkspace<T>* workspace) {
     const ResolvedOptions resolved = check_differential<T, S>("dint_attention", q1, k1, q2, k2, v, lambda, out, options);
     const Index seq_len_q = q1.rows(), seq_len_kv = k1.rows(), value_dim = v.cols();
-    check_dint<T>(integral, resolved, seq_len_q, seq_len_kv, value_dim, history);
+    check_dint<T>(integral, resolved, named("Q1", q1), named("K1", k1), value_dim, history);
     AttentionWorkspace<T> local;
     AttentionWorkspace<T>& ws =
         prepare_workspace(workspace, local, seq_len_q, seq_len_kv, q1.cols(), value_dim, resolved.threads);

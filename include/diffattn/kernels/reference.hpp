@@ -14,8 +14,9 @@
 // Outputs are plain matrix products (combined * V), so a NaN or Inf in a value row reaches every
 // output row, even rows whose weight on that key is an exact 0 (0 * NaN = NaN); the fast kernels
 // keep such rows finite. Use the reference as an oracle for finite inputs.
-// Arguments are checked like the fast entry points (ShapeError / OptionError naming the function
-// and the shapes), with the function named "reference::<kernel>". Matrices come in as
+// Arguments are checked by the fast entry points' own checks (kernels/attention_checks.hpp:
+// ShapeError / OptionError naming the function and the shapes), with the function named
+// "reference::<kernel>". Matrices come in as
 // ConstMatrixRef<T> like the fast kernels', so a head that is a middleCols block binds without a
 // copy; T follows the matrices (reference::softmax_attention(q, k, v)) or is given
 // (reference::softmax_attention<double>(...)).
@@ -24,11 +25,11 @@
 #include "diffattn/core/checks.hpp"
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/kernels/attention_checks.hpp"
 #include "diffattn/kernels/options.hpp"
 #include "diffattn/kernels/reference_maps.hpp"
 
-#include <cmath>
-#include <limits>
+#include <optional>
 
 namespace diffattn::reference {
 
@@ -51,52 +52,26 @@ struct AttentionMaps {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Argument checks (the same rules as the fast entry points)
+// Argument checks: the fast entry points' (kernels/attention_checks.hpp)
 // ---------------------------------------------------------------------------------------------
 namespace detail {
 
-using diffattn::detail::named;
-
-/// Q [N x d], K [S x d], V [S x dv]: head dims agree, K and V have S rows, S >= N.
+/// Q [N x d], K [S x d], V [S x dv] and the options.
 template <typename T>
-void check_qkv(const char* function, const char* q_name, const ConstMatrixRef<T>& q, const char* k_name,
-               const ConstMatrixRef<T>& k, const ConstMatrixRef<T>& v) {
-    diffattn::detail::require_same_cols(function, named(k_name, k), named(q_name, q));
-    diffattn::detail::require_same_rows(function, named("V", v), named(k_name, k));
-    require<ShapeError>(k.rows() >= q.rows(), function, ": ", k_name, " is ", k.rows(), "x", k.cols(), " but ", q_name,
-                        " is ", q.rows(), "x", q.cols(), " (S >= N required: the keys include every query)");
+void check_single(const char* function, const ConstMatrixRef<T>& q, const ConstMatrixRef<T>& k,
+                  const ConstMatrixRef<T>& v, const AttentionOptions& options) {
+    diffattn::detail::check_qkv_shapes(function, "Q", q, "K", k, "V", v);
+    diffattn::detail::resolve_options<T>(function, options, "Q", q, "K", k);
 }
 
-/// valid_len in [0, S]; scale finite and > 0; a default scale 1/sqrt(d) needs d > 0.
-template <typename T>
-void check_options(const char* function, const AttentionOptions& options, const char* q_name,
-                   const ConstMatrixRef<T>& q, Index seq_len_kv) {
-    if (options.valid_len) {
-        require<OptionError>(*options.valid_len >= 0 && *options.valid_len <= seq_len_kv, function, ": valid_len is ",
-                             *options.valid_len, " but must be in [0, ", seq_len_kv, "] (S = ", seq_len_kv, " keys)");
-    }
-    if (options.scale) {
-        require<OptionError>(std::isfinite(*options.scale) && *options.scale > 0.0, function,
-                             ": scale must be finite and > 0, got ", *options.scale);
-        const T scale_in_t = static_cast<T>(*options.scale);  // as the fast kernels: finite and > 0 in T
-        require<OptionError>(std::isfinite(scale_in_t) && scale_in_t > 0, function, ": scale ", *options.scale,
-                             " is not a finite value > 0 in the matrices' scalar type");
-    } else {
-        require<ShapeError>(q.cols() > 0 || q.rows() == 0, function, ": ", q_name, " is ", q.rows(), "x", q.cols(),
-                            " (head dim 0 has no default scale 1/sqrt(d))");
-    }
-}
-
-/// The DIFF/DINT inputs: Q1, Q2 [N x d]; K1, K2 [S x d]; V [S x dv]; lambda finite.
+/// The DIFF/DINT inputs: Q1, Q2 [N x d]; K1, K2 [S x d]; V [S x dv]; lambda finite; the options.
 template <typename T>
 void check_diff(const char* function, const ConstMatrixRef<T>& q1, const ConstMatrixRef<T>& k1,
                 const ConstMatrixRef<T>& q2, const ConstMatrixRef<T>& k2, const ConstMatrixRef<T>& v, T lambda,
                 const AttentionOptions& options) {
-    diffattn::detail::require_same_shape(function, named("Q2", q2), named("Q1", q1));
-    diffattn::detail::require_same_shape(function, named("K2", k2), named("K1", k1));
-    check_qkv(function, "Q1", q1, "K1", k1, v);
-    check_options(function, options, "Q1", q1, k1.rows());
-    diffattn::detail::require_finite(function, "lambda", static_cast<double>(lambda));
+    diffattn::detail::check_second_map(function, q1, k1, q2, k2, static_cast<double>(lambda));
+    diffattn::detail::check_qkv_shapes(function, "Q1", q1, "K1", k1, "V", v);
+    diffattn::detail::resolve_options<T>(function, options, "Q1", q1, "K1", k1);
 }
 
 }  // namespace detail
@@ -111,8 +86,7 @@ AttentionMaps<T> softmax_attention_maps(const ConstMatrixRef<T>& q /*[N x d]*/, 
                                         const ConstMatrixRef<T>& v /*[S x dv]*/,
                                         const AttentionOptions& options = {}) {
     constexpr const char* function = "reference::softmax_attention";
-    detail::check_qkv<T>(function, "Q", q, "K", k, v);
-    detail::check_options<T>(function, options, "Q", q, k.rows());
+    detail::check_single<T>(function, q, k, v, options);
 
     AttentionMaps<T> maps;
     maps.a1 = attention_map<T>(q, k, options);  // A = softmax(s Q K^T + M)      [N x S]
@@ -205,30 +179,19 @@ AttentionMaps<T> dint_attention_maps(const ConstMatrixRef<T>& q1 /*[N x d]*/, co
     const Index cached = seq_len_kv - seq_len_q;  // S - N
     const Index history_rows = history ? history->rows : 0;
 
+    // docs/math.md §2.3 / 6: the mode, and with a KV cache the A1 rows of the S - N earlier queries.
+    diffattn::detail::check_dint_integral(function, integral_mode, options.mask, diffattn::detail::named("Q1", q1),
+                                          diffattn::detail::named("K1", k1),
+                                          history != nullptr ? std::optional<Index>(history_rows) : std::nullopt);
     const bool causal_mode = integral_mode != DintIntegral::global_mean;
-    if (causal_mode) {
-        // docs/math.md §2.3 / 6: with a KV cache, G needs the A1 rows of the S - N earlier queries.
-        require<OptionError>(cached == 0 || history != nullptr, function, ": K1 is ", seq_len_kv, "x", k1.cols(),
-                             " but Q1 is ", seq_len_q, "x", q1.cols(), " (S > N: a causal integral with a KV cache",
-                             " needs a DintHistory of the ", cached, " earlier rows)");
-        require<OptionError>(history_rows == cached, function, ": history has ", history_rows,
-                             " rows but must have S - N = ", cached, " (K1 is ", seq_len_kv, "x", k1.cols(), ", Q1 is ",
-                             seq_len_q, "x", q1.cols(), ")");
-        if (history_rows > 0) {
-            require<ShapeError>(history->a1_column_sum.size() >= cached, function, ": history a1_column_sum has ",
-                                history->a1_column_sum.size(), " entries but ", cached, " keys are cached",
-                                " (the reference materialises G and needs the A1 column sums in both causal modes)");
-            for (Index j = seq_len_kv; j < history->a1_column_sum.size(); ++j) {
-                require<ShapeError>(history->a1_column_sum[j] == T(0), function, ": history A1 column sum of key ", j,
-                                    " is nonzero but only ", seq_len_kv, " keys exist");
-            }
+    if (causal_mode && history_rows > 0) {
+        require<ShapeError>(history->a1_column_sum.size() >= cached, function, ": history a1_column_sum has ",
+                            history->a1_column_sum.size(), " entries but ", cached, " keys are cached",
+                            " (the reference materialises G and needs the A1 column sums in both causal modes)");
+        for (Index j = seq_len_kv; j < history->a1_column_sum.size(); ++j) {
+            require<ShapeError>(history->a1_column_sum[j] == T(0), function, ": history A1 column sum of key ", j,
+                                " is nonzero but only ", seq_len_kv, " keys exist");
         }
-    } else {
-        // docs/math.md §2.3: global_mean sees the future, so only mask none and no earlier rows.
-        require<OptionError>(options.mask == MaskKind::none, function,
-                             ": integral global_mean sees the future and needs mask none, not causal");
-        require<OptionError>(history_rows == 0, function, ": integral global_mean cannot continue a history (",
-                             history_rows, " earlier rows); it needs the whole sequence in one call");
     }
 
     AttentionMaps<T> maps;
