@@ -180,7 +180,7 @@ TEST_CASE("few_rows_logits: a non-finite key reaches its own logit only, native 
 TEST_CASE("few_rows_accumulate: probabilities times value rows, native build", "[kernels][few_rows]") {
     std::mt19937 rng(11);
     std::normal_distribution<float> normal;
-    for (Index dv : {1, 16, 31, 32, 40, 48, 64, 65, 100, 128, 200}) {
+    for (Index dv : {1, 16, 31, 32, 40, 48, 64, 65, 80, 96, 100, 112, 128, 200}) {
         for (Index keys : {1, 15, 16, 17, 128}) {
             for (Index rows : {1, 3, 7}) {
                 RowMatrix<float> v(keys, dv + 3), p(rows, keys + 2), acc(rows, dv + 16);
@@ -219,7 +219,7 @@ TEST_CASE("few_rows_accumulate with a second output: each output that of its own
     std::normal_distribution<float> normal;
     const auto check = [&](auto stored_scalar) {
         using S = decltype(stored_scalar);
-        for (Index dv : {1, 31, 32, 48, 64, 65, 128, 200}) {
+        for (Index dv : {1, 31, 32, 48, 64, 65, 96, 128, 200}) {
             for (Index keys : {1, 17, 128}) {
                 for (Index rows : {1, 3}) {
                     RowMatrix<S> v(keys, dv + 3);
@@ -258,7 +258,7 @@ TEST_CASE("few_rows_accumulate: rows accumulated together equal each row's own c
     std::normal_distribution<float> normal;
     const auto check = [&](auto stored_scalar) {
         using S = decltype(stored_scalar);
-        for (Index dv : {16, 31, 32, 48, 64, 65, 128, 200}) {
+        for (Index dv : {16, 31, 32, 48, 64, 65, 96, 128, 200}) {
             for (Index rows : {2, 3, 4, 5, 8}) {
                 RowMatrix<S> v(45, dv);
                 RowMatrix<float> p(rows, 45), acc(rows, dv + 16);

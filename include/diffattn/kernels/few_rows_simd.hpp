@@ -208,76 +208,78 @@ void scaled_blocked_key_dots(const float* const (&queries)[M], const S* blocks, 
     }
 }
 
-/// acc[m][c, c + 16 V) += sum_j p[m][j] * (values row j)[c, c + 16 V) for j < count, `masks` the
-/// lanes of each vector inside dv: the columns held in registers over all the keys.
-template <int M, int V, typename S>
+/// acc[m][c, c + 16 V) += sum_j p[m][j] * (values row j)[c, c + 16 V) for j < count: the columns
+/// held in registers over all the keys. Every vector but the last is whole; `last` the lanes of the
+/// last inside dv (LastWhole: all 16).
+template <int M, int V, bool LastWhole, typename S>
 __attribute__((always_inline)) inline void accumulate_value_columns(const float* const (&p)[M], const S* values,
                                                                     Index stride, Index count, Index row_bytes,
-                                                                    Index c, const __mmask16 (&masks)[V],
+                                                                    Index c, __mmask16 last,
                                                                     float* const (&acc)[M], bool prefetch) {
+    const auto lanes = [last](int i) { return i + 1 < V ? static_cast<__mmask16>(0xffff) : last; };
     __m512 sums[M][V];
     for (int m = 0; m < M; ++m) {
-        for (int i = 0; i < V; ++i) sums[m][i] = _mm512_maskz_loadu_ps(masks[i], acc[m] + c + 16 * i);
+        for (int i = 0; i < V; ++i) sums[m][i] = _mm512_maskz_loadu_ps(lanes(i), acc[m] + c + 16 * i);
     }
-    const bool whole = masks[V - 1] == 0xffff;
     for (Index j = 0; j < count; ++j) {
         const S* row = values + j * stride;
         if (prefetch) prefetch_ahead(row, row_bytes);
         __m512 weight[M];
         for (int m = 0; m < M; ++m) weight[m] = _mm512_set1_ps(p[m][j]);
-        if (whole) {
 #pragma GCC unroll 8
-            for (int i = 0; i < V; ++i) {
-                const __m512 packet = widen16(row + c + 16 * i);
-                for (int m = 0; m < M; ++m) sums[m][i] = _mm512_fmadd_ps(packet, weight[m], sums[m][i]);
-            }
-        } else {
-            for (int i = 0; i < V; ++i) {
-                if (masks[i] == 0) continue;
-                const __m512 packet = widen16(masks[i], row + c + 16 * i);
-                for (int m = 0; m < M; ++m) sums[m][i] = _mm512_fmadd_ps(packet, weight[m], sums[m][i]);
-            }
+        for (int i = 0; i < V; ++i) {
+            const __m512 packet =
+                LastWhole || i + 1 < V ? widen16(row + c + 16 * i) : widen16(last, row + c + 16 * i);
+            for (int m = 0; m < M; ++m) sums[m][i] = _mm512_fmadd_ps(packet, weight[m], sums[m][i]);
         }
     }
     for (int m = 0; m < M; ++m) {
-        for (int i = 0; i < V; ++i) _mm512_mask_storeu_ps(acc[m] + c + 16 * i, masks[i], sums[m][i]);
+        for (int i = 0; i < V; ++i) _mm512_mask_storeu_ps(acc[m] + c + 16 * i, lanes(i), sums[m][i]);
     }
 }
 
 /// acc[m][0, dv) += sum_j p[m][j] * (values row j) for j < count and each of the M (1-4) weight
-/// rows: values row-major with `stride`. The columns go 64 at a time, or 128 where dv > 64 and M <=
-/// 2 (four or eight vectors per output, held in registers over all the keys), so that a row of up
-/// to 128 columns is read whole, in the order it lies in memory. A row of up to 48 columns takes as
-/// few vectors as hold it: a vector masked off whole sends every key through the masked loop
-/// (docs/benchmarks.md, "Rows of 32 values"). The first sweep prefetches whole rows ahead, unless
-/// `prefetch` is false (the rows already read). The M outputs take each value packet from one load:
-/// DINT causal_mean's O and O1 = A1 V (diff_few_rows.hpp), or the query rows of a GQA group, whose
-/// sweeps of a tile after the first had cost most of the time of the first. Each output's sums are
-/// those of the M = 1 call, in the same order.
+/// rows: values row-major with `stride`. The columns go in sweeps of up to 128 (M <= 2) or 64 (M > 2)
+/// columns, eight or four vectors per output held in registers over all the keys, so that a row of
+/// up to 128 columns is read whole, in the order it lies in memory. Each sweep takes as few vectors
+/// as hold its columns, so that only the last vector of a sweep can be partly masked: a vector masked
+/// off whole had sent every key through a masked loop (docs/benchmarks.md, "Rows of 32 values"). The
+/// first sweep prefetches whole rows ahead, unless `prefetch` is false (the rows already read). The M
+/// outputs take each value packet from one load: DINT causal_mean's O and O1 = A1 V
+/// (diff_few_rows.hpp), or the query rows of a GQA group, whose sweeps of a tile after the first had
+/// cost most of the time of the first. Each output's sums are those of the M = 1 call, in the same
+/// order.
 template <int M, typename S>
 void accumulate_value_rows(const float* const (&p)[M], const S* values, Index stride, Index count, Index dv,
                            float* const (&acc)[M], bool prefetch) {
     static_assert(M >= 1 && M <= 4, "one to four weight rows");
+    constexpr Index kMaxVectors = M <= 2 ? 8 : 4;  // 16 sums at most: 8 vectors of each output
     const Index row_bytes = dv * static_cast<Index>(sizeof(S));
-    const auto sweep = [&](auto vectors) {
-        constexpr int V = decltype(vectors)::value;
-        for (Index c = 0; c < dv; c += 16 * V) {
-            __mmask16 masks[V];
-            for (int i = 0; i < V; ++i) {
-                const Index lanes = std::clamp<Index>(dv - c - 16 * i, 0, 16);
-                masks[i] = static_cast<__mmask16>((1u << lanes) - 1u);
+    for (Index c = 0; c < dv; c += 16 * kMaxVectors) {
+        const Index columns = std::min(dv - c, 16 * kMaxVectors);
+        const auto last = static_cast<__mmask16>((1u << (columns - 16 * ((columns - 1) / 16))) - 1u);
+        const auto sweep = [&](auto vectors) {
+            constexpr int V = decltype(vectors)::value;
+            if constexpr (V <= kMaxVectors) {
+                if (last == 0xffff) {
+                    accumulate_value_columns<M, V, true>(p, values, stride, count, row_bytes, c, last, acc,
+                                                         prefetch && c == 0);
+                } else {
+                    accumulate_value_columns<M, V, false>(p, values, stride, count, row_bytes, c, last, acc,
+                                                          prefetch && c == 0);
+                }
             }
-            accumulate_value_columns<M, V>(p, values, stride, count, row_bytes, c, masks, acc, prefetch && c == 0);
+        };
+        switch ((columns + 15) / 16) {
+            case 1: sweep(std::integral_constant<int, 1>{}); break;
+            case 2: sweep(std::integral_constant<int, 2>{}); break;
+            case 3: sweep(std::integral_constant<int, 3>{}); break;
+            case 4: sweep(std::integral_constant<int, 4>{}); break;
+            case 5: sweep(std::integral_constant<int, 5>{}); break;
+            case 6: sweep(std::integral_constant<int, 6>{}); break;
+            case 7: sweep(std::integral_constant<int, 7>{}); break;
+            default: sweep(std::integral_constant<int, 8>{}); break;
         }
-    };
-    if constexpr (M <= 2) {  // 16 sums at most: 8 vectors of each output fit the registers
-        if (dv > 64) return sweep(std::integral_constant<int, 8>{});
-    }
-    switch ((dv + 15) / 16) {  // the fewest vectors that hold a row: none masked off whole
-        case 1: return sweep(std::integral_constant<int, 1>{});
-        case 2: return sweep(std::integral_constant<int, 2>{});
-        case 3: return sweep(std::integral_constant<int, 3>{});
-        default: return sweep(std::integral_constant<int, 4>{});
     }
 }
 
