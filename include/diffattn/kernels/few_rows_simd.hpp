@@ -10,9 +10,9 @@
 // order they lie in memory, and a head's keys stored contiguously (a KV cache's head-major block)
 // are read at fixed offsets from one pointer. Keys of a half-precision KV cache are widened in the
 // registers that multiply them (stored_rows.hpp's widen16), with no tile buffer. The values take
-// the same path: their rows are streamed once, 64 or 128 columns at a time held in registers over
-// all the keys of the tile, for up to four outputs at once, widened in registers too
-// (docs/benchmarks.md, "Reading the cache in memory order").
+// the same path: their rows are streamed once, up to 128 columns at a time (64 for three or four
+// outputs) held in registers over all the keys of the tile, for up to four outputs at once, widened
+// in registers too (docs/benchmarks.md, "Reading the cache in memory order").
 #pragma once
 
 #include "diffattn/core/types.hpp"
