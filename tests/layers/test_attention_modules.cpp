@@ -259,9 +259,9 @@ TEST_CASE("heads stay on one thread when their work is below min_parallel_flops 
         for (std::ptrdiff_t w : workspace_of_head) CHECK((w >= 0 && w < 3));  // every head ran, on a thread's own workspace
         return *std::max_element(team_of_head.begin(), team_of_head.end());
     };
-    // A one-token decode step of a small model: ~1 MFLOP.
-    CHECK(threads_used(1e6, detail::kMinParallelFlopsPerThread) == 1);
-    CHECK(detail::threads_for_work(3, 1e6) == 1);
+    // Work for one and a half threads stays on one.
+    CHECK(threads_used(1.5 * detail::kMinParallelFlopsPerThread, detail::kMinParallelFlopsPerThread) == 1);
+    CHECK(detail::threads_for_work(3, 1.5 * detail::kMinParallelFlopsPerThread) == 1);
     CHECK(detail::threads_for_work(3, 2.5 * detail::kMinParallelFlopsPerThread) == 2);
     CHECK(detail::threads_for_work(3, 1e12) == 3);
     CHECK(detail::threads_for_work(3, 1.0, 0.0) == 3);
@@ -279,15 +279,15 @@ TEST_CASE("a decode step's heads count the bytes of keys and values they read as
     REQUIRE(diff.k_width() + diff.v_width() == 512);  // floats of keys and values per cached token
     // A prefill's heads: 2 N S x 768 flops, whatever they read.
     CHECK(detail::heads_work(diff, 64, 64, 4) == 2.0 * 64 * 64 * 768);
-    // One token over 2048 cached ones: 3.1 MFLOP, below two threads' worth, but 4 MB of keys and
+    // One token over 256 cached ones: 0.4 MFLOP, below two threads' worth, but 512 KB of keys and
     // values to read, which two threads read faster than one.
-    const double products = 2.0 * 2048 * 768;
+    const double products = 2.0 * 256 * 768;
     CHECK(detail::threads_for_work(2, products) == 1);
-    CHECK(detail::heads_work(diff, 1, 2048, 4) == detail::kFlopsPerByteRead * 2048 * 512 * 4);
-    CHECK(detail::threads_for_work(2, detail::heads_work(diff, 1, 2048, 4)) == 2);
+    CHECK(detail::heads_work(diff, 1, 256, 4) == detail::kFlopsPerByteRead * 256 * 512 * 4);
+    CHECK(detail::threads_for_work(2, detail::heads_work(diff, 1, 256, 4)) == 2);
     // Half the bytes in an f16 cache; a short context stays on one thread.
     CHECK(detail::heads_work(diff, 1, 2048, 2) == detail::kFlopsPerByteRead * 2048 * 512 * 2);
-    CHECK(detail::threads_for_work(2, detail::heads_work(diff, 1, 256, 4)) == 1);
+    CHECK(detail::threads_for_work(2, detail::heads_work(diff, 1, 64, 4)) == 1);
     // A chunk of a few rows reads the same bytes; past about 5 rows its products weigh more.
     CHECK(detail::heads_work(diff, 2, 2048, 4) == detail::kFlopsPerByteRead * 2048 * 512 * 4);
     CHECK(detail::heads_work(diff, 7, 2048, 4) == 2.0 * 7 * 2048 * 768);

@@ -41,12 +41,14 @@ inline int available_threads(int requested) {
 #endif
 }
 
-/// Work below which a parallel region costs more than it saves, in flops per thread. Forking and
-/// joining an OpenMP team costs microseconds on an idle machine, and up to a scheduler time slice
-/// when the cores are shared, because a worker thread that went to sleep must be woken and
-/// scheduled: a one-token decode step of a small model is then faster on one thread than on two
-/// (docs/benchmarks.md). Calls of a few MFLOP per thread stay on the calling thread.
-inline constexpr double kMinParallelFlopsPerThread = 4e6;
+/// Work below which a parallel region costs more than it saves, in flops per thread: a few times
+/// what forking and joining a team whose threads still spin costs in arithmetic, and for a call
+/// bound by its reads (counted at kFlopsPerByteRead) 125 KB a thread. The weights of a small
+/// model's one-token projections (0.25-1 MB) then take every thread the caller gave
+/// (docs/benchmarks.md, "The projections of a two-thread step on both threads"). On cores shared
+/// with other load a woken thread may wait a scheduler time slice whatever the threshold: a caller
+/// that expects such load runs one thread.
+inline constexpr double kMinParallelFlopsPerThread = 5e5;
 
 /// What streaming one byte from memory costs, in flops: a core does about this many in the time it
 /// reads one byte at the memory's rate (docs/benchmarks.md, "Decode-time projections"). Work bound by
