@@ -141,6 +141,34 @@ TEMPLATE_TEST_CASE("linear on several threads: fixed column blocks, the same bit
     CHECK(few_rows_blocks(40, 2) == 2);  // 32 and 8 features
 }
 
+TEMPLATE_TEST_CASE("linear_each is linear of each product, the same bits on every thread count",
+                   "[layers][linear][threads]", float, double) {
+    using T = TestType;
+    // One token (a decode step: few_rows_linear), 7 tokens and 1030 (Eigen's GEMM, two token
+    // blocks); three weights of the same x, the second with a partial last block and the third empty.
+    for (const Index tokens : {Index(1), Index(7), Index(1030)}) {
+        INFO(tokens << " tokens");
+        const RowMatrix<T> x = seeded<T>(tokens, 33, 5);
+        const RowMatrix<T> w[3] = {seeded<T>(40, 33, 6), seeded<T>(1100, 33, 7), RowMatrix<T>(0, 33)};
+        RowMatrix<T> alone[3], together[3];
+        for (int i = 0; i < 3; ++i) {
+            alone[i].resize(tokens, w[i].rows());
+            linear<T>(x, w[i], alone[i], ExecutionContext{1, 0.0});
+        }
+        for (int threads : {1, 2, 3}) {
+            for (int i = 0; i < 3; ++i) together[i].setConstant(tokens, w[i].rows(), T(7));
+            linear_each<T>(x, {{w[0], together[0]}, {w[1], together[1]}, {w[2], together[2]}},
+                           ExecutionContext{threads, 0.0});
+            for (int i = 0; i < 3; ++i) CHECK((together[i].array() == alone[i].array()).all());
+        }
+    }
+    // Each product's shapes are checked, whichever it is.
+    const RowMatrix<T> x = seeded<T>(2, 5, 1), w = seeded<T>(4, 5, 2), narrow = seeded<T>(4, 3, 3);
+    RowMatrix<T> y(2, 4), z(2, 4), bad(2, 5);
+    CHECK_THROWS_AS(linear_each<T>(x, {{w, y}, {w, bad}}), ShapeError);
+    CHECK_THROWS_AS(linear_each<T>(x, {{w, y}, {narrow, z}}), ShapeError);
+}
+
 TEMPLATE_TEST_CASE("linear of a few rows (a decode step) on randomised shapes and strided blocks",
                    "[layers][linear]", float, double) {
     check_few_rows_linear<TestType>();  // few_rows_linear_cases.hpp

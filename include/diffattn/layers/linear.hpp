@@ -7,6 +7,7 @@
 #include "diffattn/layers/few_rows_linear.hpp"
 
 #include <algorithm>
+#include <initializer_list>
 
 namespace diffattn {
 
@@ -42,54 +43,87 @@ inline Index few_rows_feature_block(Index features, int team) {
 inline constexpr double kFlopsPerWeightRead = 4 * kFlopsPerByteRead;
 }  // namespace detail
 
-/// y = x W^T for a weight stored as [out_features x in_features] (nn.Linear, no bias).
-/// The caller owns `out`; it must not alias `x`.
-///   x       [N x in]     (any row-major matrix or column block)
-///   w       [out x in]
-///   out     [N x out]
+/// One product of linear_each: out = x W^T, W stored as [out_features x in_features].
+template <typename T>
+struct LinearProduct {
+    ConstMatrixRef<T> weight;  ///< [out x in]
+    MatrixRef<T> out;          ///< [N x out], not aliasing x
+};
+
+/// out = x W^T for each product, all of the same x, in one parallel region: the projections of
+/// one input (a layer's queries, keys and values; a SwiGLU's gate and up) fork and join the team
+/// once, not once each. Each output is what linear() alone computes, bit for bit.
+///   x          [N x in]   (any row-major matrix or column block)
+///   products   each weight [out_i x in] with its out [N x out_i]
 ///   context: fewer than detail::kFewRowsLinear tokens (a decode step) take few_rows_linear, which
-///            reads W once, its features cut into as many blocks per thread
-///            (detail::few_rows_feature_block); larger calls cut out into fixed blocks of tokens x
-///            features (detail::linear_block). The blocks run on up to context.threads threads
-///            (OpenMP builds), but on fewer, down to one, when the product has less than
+///            reads W once, each weight's features cut into as many blocks per thread
+///            (detail::few_rows_feature_block); larger calls cut each out into fixed blocks of
+///            tokens x features (detail::linear_block). The blocks run on up to context.threads
+///            threads (OpenMP builds), but on fewer, down to one, when the products have less than
 ///            context.min_parallel_flops flops per thread (a few-rows product counts
 ///            kFlopsPerWeightRead per weight it reads). Results do not depend on the thread count.
 template <typename T>
-void linear(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, MatrixRef<T> out,
-            const ExecutionContext& context = {}) {
-    // Entry-point checks are cheap next to the GEMM and catch mis-sized scratch early.
-    detail::require_same_cols("linear", detail::named("x", x), detail::named("weight", w));
-    detail::require_shape("linear", detail::named("out", out), x.rows(), w.rows());
-    const Index tokens = x.rows(), features = w.rows();
+void linear_each(const ConstMatrixRef<T>& x, std::initializer_list<LinearProduct<T>> products,
+                 const ExecutionContext& context = {}) {
+    const Index tokens = x.rows();
     const bool few_rows = tokens < detail::kFewRowsLinear;
-    const double flops = 2.0 * static_cast<double>(tokens) * static_cast<double>(x.cols()) * static_cast<double>(features);
-    // A few-rows product is bound by reading W, not by its flops: weigh each weight it reads as
-    // kFlopsPerWeightRead flops when choosing the threads.
-    const double work =
-        few_rows ? std::max(flops, detail::kFlopsPerWeightRead * static_cast<double>(w.size())) : flops;
+    double work = 0;
+    for (const LinearProduct<T>& product : products) {
+        // Entry-point checks are cheap next to the GEMM and catch mis-sized scratch early.
+        detail::require_same_cols("linear", detail::named("x", x), detail::named("weight", product.weight));
+        detail::require_shape("linear", detail::named("out", product.out), tokens, product.weight.rows());
+        const double flops = 2.0 * static_cast<double>(tokens) * static_cast<double>(x.cols()) *
+                             static_cast<double>(product.weight.rows());
+        // A few-rows product is bound by reading W, not by its flops: weigh each weight it reads as
+        // kFlopsPerWeightRead flops when choosing the threads.
+        work += few_rows ? std::max(flops, detail::kFlopsPerWeightRead * static_cast<double>(product.weight.size()))
+                         : flops;
+    }
     const int team = context.threads_for(work);
     const Index token_block = detail::linear_block(tokens, detail::kLinearBlockTarget, 1);
+    const Index token_blocks = (tokens + token_block - 1) / token_block;
     // A few-rows product gives every output one dot product over the whole inner dimension, however
     // the features are split, so its blocks may depend on the threads: as many per thread (5 blocks
     // of a 2816-feature weight had left one of two threads a third of the reads idle).
-    const Index feature_block =
-        few_rows ? detail::few_rows_feature_block(features, team)
-                 : detail::linear_block(features, detail::kLinearBlockTarget, detail::kLinearFeatureMultiple);
-    const Index feature_blocks = (features + feature_block - 1) / feature_block;
-    const Index blocks = (tokens + token_block - 1) / token_block * feature_blocks;
-    detail::parallel_for(blocks, team, detail::Schedule::equal_tasks,
-                         [&](Index block, int /*thread*/) {
-                             const Index first_token = block / feature_blocks * token_block;
-                             const Index first_feature = block % feature_blocks * feature_block;
-                             const Index rows = std::min(token_block, tokens - first_token);
-                             const Index columns = std::min(feature_block, features - first_feature);
-                             if (few_rows) {  // a decode step: read W once
-                                 detail::few_rows_linear<T>(x, w, out, first_feature, first_feature + columns);
-                                 return;
-                             }
-                             out.block(first_token, first_feature, rows, columns).noalias() =
-                                 x.middleRows(first_token, rows) * w.middleRows(first_feature, columns).transpose();
-                         });
+    const auto feature_block_of = [&](const LinearProduct<T>& product) {
+        const Index features = product.weight.rows();
+        return few_rows ? detail::few_rows_feature_block(features, team)
+                        : detail::linear_block(features, detail::kLinearBlockTarget, detail::kLinearFeatureMultiple);
+    };
+    const auto blocks_of = [&](const LinearProduct<T>& product) {
+        const Index feature_block = feature_block_of(product);
+        return token_blocks * ((product.weight.rows() + feature_block - 1) / feature_block);
+    };
+    Index blocks = 0;
+    for (const LinearProduct<T>& product : products) blocks += blocks_of(product);
+    detail::parallel_for(blocks, team, detail::Schedule::equal_tasks, [&](Index block, int /*thread*/) {
+        auto product = products.begin();  // the product block `block` is of, and its block in it
+        for (; block >= blocks_of(*product); ++product) block -= blocks_of(*product);
+        const Index features = product->weight.rows(), feature_block = feature_block_of(*product);
+        const Index feature_blocks = (features + feature_block - 1) / feature_block;
+        const Index first_token = block / feature_blocks * token_block;
+        const Index first_feature = block % feature_blocks * feature_block;
+        const Index rows = std::min(token_block, tokens - first_token);
+        const Index columns = std::min(feature_block, features - first_feature);
+        MatrixRef<T> out = product->out;
+        if (few_rows) {  // a decode step: read W once
+            detail::few_rows_linear<T>(x, product->weight, out, first_feature, first_feature + columns);
+            return;
+        }
+        out.block(first_token, first_feature, rows, columns).noalias() =
+            x.middleRows(first_token, rows) * product->weight.middleRows(first_feature, columns).transpose();
+    });
+}
+
+/// y = x W^T for a weight stored as [out_features x in_features] (nn.Linear, no bias): linear_each
+/// of one product. The caller owns `out`; it must not alias `x`.
+///   x       [N x in]     (any row-major matrix or column block)
+///   w       [out x in]
+///   out     [N x out]
+template <typename T>
+void linear(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, MatrixRef<T> out,
+            const ExecutionContext& context = {}) {
+    linear_each<T>(x, {LinearProduct<T>{w, out}}, context);
 }
 
 /// Parameter count of a bias-free nn.Linear(in_features, out_features).

@@ -167,13 +167,17 @@ private:
         auto v = scratch.v.topRows(n);          // [N x v_width] this call's values
         auto heads = scratch.heads.topRows(n);  // [N x out_width]
 
-        // 1. Projections of all rows (docs/math.md §3.1-3.4).
-        project_queries_and_keys(x, q, k, scratch, context);
-        linear<T>(x, weights_.v_proj, v, context);
-        if (config_.kind == AttentionKind::diff_v2) {  // the per-token gates
-            auto gate = scratch.lambda_gate.topRows(n);  // [N x H]
-            linear<T>(x, weights_.lambda_proj, gate, context);
+        // 1. Projections of all rows (docs/math.md §3.1-3.4), in one parallel region.
+        auto gate = scratch.lambda_gate.topRows(config_.kind == AttentionKind::diff_v2 ? n : 0);  // [N x H]
+        if (config_.kind == AttentionKind::shared_diff && !merged_) {
+            weights_.shared.project(x, scratch.shared_base.topRows(n), scratch.shared_xa.topRows(n), q, k, context);
+            linear<T>(x, weights_.v_proj, v, context);
+        } else if (config_.kind == AttentionKind::diff_v2) {  // and the per-token gates
+            linear_each<T>(x, {{weights_.q_proj, q}, {weights_.k_proj, k}, {weights_.v_proj, v},
+                               {weights_.lambda_proj, gate}}, context);
             gate.array() = T(1) / (T(1) + (-gate.array()).exp());  // sigmoid
+        } else {
+            linear_each<T>(x, {{weights_.q_proj, q}, {weights_.k_proj, k}, {weights_.v_proj, v}}, context);
         }
 
         // 2. Per sequence: rotary on every query and key map (docs/math.md §3.1, the family's style
@@ -282,17 +286,6 @@ private:
                                       weights_.subln.apply(head, head, output_scale);
                                   }
                               });
-    }
-
-    void project_queries_and_keys(const ConstMatrixRef<T>& x, MatrixRef<T> q, MatrixRef<T> k,
-                                  AttentionScratch<T>& scratch, const ExecutionContext& context) const {
-        if (config_.kind == AttentionKind::shared_diff && !merged_) {
-            const Index n = x.rows();
-            weights_.shared.project(x, scratch.shared_base.topRows(n), scratch.shared_xa.topRows(n), q, k, context);
-            return;
-        }
-        linear<T>(x, weights_.q_proj, q, context);
-        linear<T>(x, weights_.k_proj, k, context);
     }
 
     AttentionConfig config_;

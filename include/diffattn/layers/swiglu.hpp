@@ -61,8 +61,7 @@ struct SwiGlu {
                             " but the call has ", n, " tokens x d_ff ", d_ff());
         auto gate = scratch.gate.topRows(n);  // [N x d_ff]
         auto up = scratch.up.topRows(n);      // [N x d_ff]
-        linear<T>(x, gate_proj, gate, context);
-        linear<T>(x, up_proj, up, context);
+        linear_each<T>(x, {{gate_proj, gate}, {up_proj, up}}, context);
         if (activation == MlpActivation::silu) {
             // silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), fused with the product by up.
             gate.array() = gate.array() / (T(1) + (-gate.array()).exp()) * up.array();
