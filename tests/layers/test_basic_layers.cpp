@@ -128,17 +128,21 @@ TEMPLATE_TEST_CASE("linear on several threads: fixed column blocks, the same bit
     CHECK(detail::linear_block(1030, detail::kLinearBlockTarget, 1) == 515);
     CHECK(detail::linear_block(40, detail::kLinearBlockTarget, detail::kLinearFeatureMultiple) == 48);
     // A few-rows product's features go in as many blocks per thread (its outputs do not depend on
-    // the blocks): 2816 features (a SwiGLU's) in 6 blocks on 2 threads, where fixed blocks made 5.
+    // the blocks), at least two each on a team: 2816 features (a SwiGLU's) in 6 blocks on 2
+    // threads, where fixed blocks made 5; one thread takes a small weight whole.
     const auto few_rows_blocks = [](Index features, int team) {
         const Index block = detail::few_rows_feature_block(features, team);
         CHECK(block % detail::kLinearFeatureMultiple == 0);
         return (features + block - 1) / block;
     };
     CHECK(few_rows_blocks(2816, 2) == 6);
-    CHECK(few_rows_blocks(1100, 3) == 3);
+    CHECK(few_rows_blocks(1100, 3) == 6);   // blocks of 192 features
     CHECK(few_rows_blocks(11008, 2) == 22);
-    CHECK(few_rows_blocks(1100, 2) == 2);
-    CHECK(few_rows_blocks(40, 2) == 2);  // 32 and 8 features
+    CHECK(few_rows_blocks(1100, 2) == 4);   // blocks of 288
+    CHECK(few_rows_blocks(256, 2) == 4);    // the bench model's attention projections
+    CHECK(few_rows_blocks(40, 2) == 3);     // 16, 16 and 8 features
+    CHECK(few_rows_blocks(256, 1) == 1);
+    CHECK(few_rows_blocks(1100, 1) == 2);
 }
 
 TEMPLATE_TEST_CASE("linear_each is linear of each product, the same bits on every thread count",

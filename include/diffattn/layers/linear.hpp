@@ -32,10 +32,13 @@ inline constexpr Index kLinearBlockTarget = 512;
 inline constexpr Index kLinearFeatureMultiple = 16;
 /// Features per block of a few-rows product on `team` threads: about kLinearBlockTarget, rounded up
 /// to kLinearFeatureMultiple, in a number of blocks that shares evenly over the team (but for the
-/// last block's rounding).
+/// last block's rounding), at least two per thread on a team of several: a thread that finishes
+/// its first block while another is still on its own takes the next, rather than the team waiting
+/// for the slower thread's one block (docs/benchmarks.md, "Two blocks per thread").
 inline Index few_rows_feature_block(Index features, int team) {
     const Index per_thread = (features + team - 1) / team;
-    const Index blocks = team * std::max<Index>(1, (per_thread + kLinearBlockTarget / 2) / kLinearBlockTarget);
+    const Index least = team > 1 ? 2 : 1;
+    const Index blocks = team * std::max<Index>(least, (per_thread + kLinearBlockTarget / 2) / kLinearBlockTarget);
     return block_size(features, blocks, kLinearFeatureMultiple);
 }
 /// What reading one weight from memory costs, in flops: kFlopsPerByteRead for each of a float's 4
