@@ -45,7 +45,7 @@ inline int available_threads(int requested) {
 /// what forking and joining a team whose threads still spin costs in arithmetic, and for a call
 /// bound by its reads (counted at kFlopsPerByteRead) 125 KB a thread. The weights of a small
 /// model's one-token projections (0.25-1 MB) then take every thread the caller gave
-/// (docs/benchmarks.md, "The projections of a two-thread step on both threads"). On cores shared
+/// (docs/benchmarks.md, "Both threads for the one-token projections"). On cores shared
 /// with other load a woken thread may wait a scheduler time slice whatever the threshold: a caller
 /// that expects such load runs one thread.
 inline constexpr double kMinParallelFlopsPerThread = 5e5;
