@@ -74,13 +74,20 @@ EIGEN_ALWAYS_INLINE void accumulate_dots(const T* const (&x_row)[N], const T* co
     }
 }
 
+/// How far ahead of the packet it multiplies the one-row loop asks for weights, in bytes of memory
+/// (which for rows one after the other is the rows to come, and past a matrix's last row the memory
+/// that follows it: in a weight pool the next matrix). 8 KB read the bench model's matrices faster
+/// than 4, 12 or 16 (docs/benchmarks.md, "Short rows asked for 8 KB ahead").
+inline constexpr Index kOneRowPrefetchBytes = 8192;
+
 /// out(0, j) = W row j . x for j in [j_begin, j_end), one x row (depth entries) against short W
-/// rows (kShortRowBytes): each W row on its own, in the order it lies in memory and with no software
-/// prefetch, its dot product, its sum across lanes and its store, then the next row. Read as
-/// accumulate_dots reads them, R short rows make R streams of a few lines each: the hardware
-/// prefetcher follows one forward stream, while the prefetches that short streams need are bound by
-/// the L1 miss buffers they share with the loads (docs/benchmarks.md, "Decode-time projections").
-/// Each sum takes the same packets in the same order as accumulate_dots's, so the bits are the same.
+/// rows (kShortRowBytes): each W row on its own, in the order it lies in memory, its dot product,
+/// its sum across lanes and its store, then the next row; each packet asks for the line
+/// kOneRowPrefetchBytes further on. Read as accumulate_dots reads them, R short rows make R streams
+/// of a few lines each: the hardware prefetcher follows one forward stream, while the prefetches
+/// that short streams need are bound by the L1 miss buffers they share with the loads
+/// (docs/benchmarks.md, "Decode-time projections"). Each sum takes the same packets in the same
+/// order as accumulate_dots's, so the bits are the same.
 template <typename T, typename W, typename Out>
 void one_row_dots_row_by_row(const T* x, const W& w, Out& out, Index j_begin, Index j_end, Index depth) {
     using Packet = typename Eigen::internal::packet_traits<T>::type;
@@ -90,6 +97,7 @@ void one_row_dots_row_by_row(const T* x, const W& w, Out& out, Index j_begin, In
         const T* const row = w.data() + j * w.outerStride();
         Packet acc = Eigen::internal::pset1<Packet>(T(0));
         for (Index k = 0; k < full; k += P) {
+            prefetch_line(reinterpret_cast<const char*>(row + k) + kOneRowPrefetchBytes);  // a hint: never faults
             const Packet w_packet = Eigen::internal::ploadu<Packet>(row + k);
             acc = Eigen::internal::pmadd(w_packet, Eigen::internal::ploadu<Packet>(x + k), acc);
         }
