@@ -168,11 +168,11 @@ private:
         auto heads = scratch.heads.topRows(n);  // [N x out_width]
 
         // 1. Projections of all rows (docs/math.md §3.1-3.4), in one parallel region.
-        auto gate = scratch.lambda_gate.topRows(config_.kind == AttentionKind::diff_v2 ? n : 0);  // [N x H]
         if (config_.kind == AttentionKind::shared_diff && !merged_) {
             weights_.shared.project(x, scratch.shared_base.topRows(n), scratch.shared_xa.topRows(n), q, k, context);
             linear<T>(x, weights_.v_proj, v, context);
         } else if (config_.kind == AttentionKind::diff_v2) {  // and the per-token gates
+            auto gate = scratch.lambda_gate.topRows(n);  // [N x H]
             linear_each<T>(x, {{weights_.q_proj, q}, {weights_.k_proj, k}, {weights_.v_proj, v},
                                {weights_.lambda_proj, gate}}, context);
             gate.array() = T(1) / (T(1) + (-gate.array()).exp());  // sigmoid
