@@ -6,6 +6,7 @@
 // widened 16 or 8 entries per instruction, elsewhere by Eigen's scalar conversion.
 #pragma once
 
+#include "diffattn/core/prefetch.hpp"
 #include "diffattn/core/types.hpp"
 
 #include <Eigen/Core>
@@ -25,13 +26,12 @@ namespace diffattn::detail {
 /// (docs/benchmarks.md, "Measurements behind the code's choices").
 inline constexpr Index kPrefetchAheadBytes = 4096;
 
-/// Asks for the cache lines of [p, p + bytes) kPrefetchAheadBytes ahead: the rows a loop will
-/// read next (a prefetch past the end of the rows is a hint the CPU drops, never a read). Into
-/// the L2 cache (T1), not L1: the loops read each line once, and a T0 prefetch's wait for L1's
-/// fill buffers stalled them (docs/benchmarks.md, "Prefetching into L2").
+/// Asks for the cache lines of [p, p + bytes) kPrefetchAheadBytes ahead, into L2
+/// (prefetch_into_l2): the rows a loop will read next (a prefetch past the end of the rows is a
+/// hint the CPU drops, never a read).
 inline void prefetch_ahead(const void* p, Index bytes) {
     const char* ahead = static_cast<const char*>(p) + kPrefetchAheadBytes;
-    for (Index b = 0; b < bytes; b += 64) _mm_prefetch(ahead + b, _MM_HINT_T1);
+    for (Index b = 0; b < bytes; b += 64) prefetch_into_l2(ahead + b);
 }
 #endif
 

@@ -11,6 +11,7 @@
 // not depend on how the features are split over threads or how many x rows share the call.
 #pragma once
 
+#include "diffattn/core/prefetch.hpp"
 #include "diffattn/core/types.hpp"
 
 #include <Eigen/Core>
@@ -41,18 +42,6 @@ EIGEN_ALWAYS_INLINE void keep_in_register(Packet& packet) {
 #endif
 }
 
-/// Asks for the cache line at p: Eigen's prefetch, except with GCC and Clang, whose builtin survives
-/// being inlined into an always-inline function (GCC 12 drops Eigen's there), and asks for it into
-/// L2 (locality 2: T1), as the kernels' streams do (kernels/stored_rows.hpp's prefetch_ahead).
-template <typename T>
-EIGEN_ALWAYS_INLINE void prefetch_line(const T* p) {
-#if defined(__GNUC__) || defined(__clang__)
-    __builtin_prefetch(p, 0, 2);
-#else
-    Eigen::internal::prefetch(p);
-#endif
-}
-
 /// acc[r][n] += the packets of w row r times x row n over [k_begin, k_end), whole packets, asking
 /// for the line at ahead(r, k) at each packet of W row r: W's data to come (the same row further on,
 /// or the next block's rows), so that memory streams while the packets multiply.
@@ -63,7 +52,7 @@ EIGEN_ALWAYS_INLINE void accumulate_dots(const T* const (&x_row)[N], const T* co
     for (Index k = k_begin; k < k_end; k += P) {
         Packet w_packet[R];
         for (int r = 0; r < R; ++r) {
-            prefetch_line(ahead(r, k));
+            prefetch_into_l2(ahead(r, k));
             w_packet[r] = Eigen::internal::ploadu<Packet>(w_row[r] + k);
         }
         for (int n = 0; n < N; ++n) {
@@ -97,7 +86,7 @@ void one_row_dots_row_by_row(const T* x, const W& w, Out& out, Index j_begin, In
         const T* const row = w.data() + j * w.outerStride();
         Packet acc = Eigen::internal::pset1<Packet>(T(0));
         for (Index k = 0; k < full; k += P) {
-            prefetch_line(reinterpret_cast<const char*>(row + k) + kOneRowPrefetchBytes);  // a hint: never faults
+            prefetch_into_l2(reinterpret_cast<const char*>(row + k) + kOneRowPrefetchBytes);  // a hint: never faults
             const Packet w_packet = Eigen::internal::ploadu<Packet>(row + k);
             acc = Eigen::internal::pmadd(w_packet, Eigen::internal::ploadu<Packet>(x + k), acc);
         }
