@@ -7,7 +7,8 @@
 #include "diffattn/layers/few_rows_linear.hpp"
 
 #include <algorithm>
-#include <initializer_list>
+#include <array>
+#include <cstddef>
 
 namespace diffattn {
 
@@ -65,8 +66,8 @@ struct LinearProduct {
 ///            threads (OpenMP builds), but on fewer, down to one, when the products have less than
 ///            context.min_parallel_flops flops per thread (a few-rows product counts
 ///            kFlopsPerWeightRead per weight it reads). Results do not depend on the thread count.
-template <typename T>
-void linear_each(const ConstMatrixRef<T>& x, std::initializer_list<LinearProduct<T>> products,
+template <typename T, std::size_t K>
+void linear_each(const ConstMatrixRef<T>& x, const LinearProduct<T> (&products)[K],
                  const ExecutionContext& context = {}) {
     const Index tokens = x.rows();
     const bool few_rows = tokens < detail::kFewRowsLinear;
@@ -85,36 +86,38 @@ void linear_each(const ConstMatrixRef<T>& x, std::initializer_list<LinearProduct
     const int team = context.threads_for(work);
     const Index token_block = detail::linear_block(tokens, detail::kLinearBlockTarget, 1);
     const Index token_blocks = (tokens + token_block - 1) / token_block;
-    // A few-rows product gives every output one dot product over the whole inner dimension, however
-    // the features are split, so its blocks may depend on the threads: as many per thread (5 blocks
-    // of a 2816-feature weight had left one of two threads a third of the reads idle).
-    const auto feature_block_of = [&](const LinearProduct<T>& product) {
+    // Each product's blocks, laid out once before the region: the blocks of product i are
+    // [first_block[i], first_block[i + 1]). A few-rows product gives every output one dot product
+    // over the whole inner dimension, however the features are split, so its blocks may depend on
+    // the threads: as many per thread (5 blocks of a 2816-feature weight had left one of two
+    // threads a third of the reads idle).
+    std::array<Index, K> feature_block{}, feature_blocks{};
+    std::array<Index, K + 1> first_block{};
+    for (std::size_t i = 0; i < K; ++i) {
+        const Index features = products[i].weight.rows();
+        feature_block[i] = few_rows ? detail::few_rows_feature_block(features, team)
+                                    : detail::linear_block(features, detail::kLinearBlockTarget,
+                                                           detail::kLinearFeatureMultiple);
+        feature_blocks[i] = (features + feature_block[i] - 1) / feature_block[i];
+        first_block[i + 1] = first_block[i] + token_blocks * feature_blocks[i];
+    }
+    detail::parallel_for(first_block[K], team, detail::Schedule::equal_tasks, [&](Index block, int /*thread*/) {
+        std::size_t i = 0;  // the product block `block` is of, and its block in it
+        while (block >= first_block[i + 1]) ++i;
+        const LinearProduct<T>& product = products[i];
+        block -= first_block[i];
         const Index features = product.weight.rows();
-        return few_rows ? detail::few_rows_feature_block(features, team)
-                        : detail::linear_block(features, detail::kLinearBlockTarget, detail::kLinearFeatureMultiple);
-    };
-    const auto blocks_of = [&](const LinearProduct<T>& product) {
-        const Index feature_block = feature_block_of(product);
-        return token_blocks * ((product.weight.rows() + feature_block - 1) / feature_block);
-    };
-    Index blocks = 0;
-    for (const LinearProduct<T>& product : products) blocks += blocks_of(product);
-    detail::parallel_for(blocks, team, detail::Schedule::equal_tasks, [&](Index block, int /*thread*/) {
-        auto product = products.begin();  // the product block `block` is of, and its block in it
-        for (; block >= blocks_of(*product); ++product) block -= blocks_of(*product);
-        const Index features = product->weight.rows(), feature_block = feature_block_of(*product);
-        const Index feature_blocks = (features + feature_block - 1) / feature_block;
-        const Index first_token = block / feature_blocks * token_block;
-        const Index first_feature = block % feature_blocks * feature_block;
+        const Index first_token = block / feature_blocks[i] * token_block;
+        const Index first_feature = block % feature_blocks[i] * feature_block[i];
         const Index rows = std::min(token_block, tokens - first_token);
-        const Index columns = std::min(feature_block, features - first_feature);
-        MatrixRef<T> out = product->out;
+        const Index columns = std::min(feature_block[i], features - first_feature);
+        MatrixRef<T> out = product.out;
         if (few_rows) {  // a decode step: read W once
-            detail::few_rows_linear<T>(x, product->weight, out, first_feature, first_feature + columns);
+            detail::few_rows_linear<T>(x, product.weight, out, first_feature, first_feature + columns);
             return;
         }
         out.block(first_token, first_feature, rows, columns).noalias() =
-            x.middleRows(first_token, rows) * product->weight.middleRows(first_feature, columns).transpose();
+            x.middleRows(first_token, rows) * product.weight.middleRows(first_feature, columns).transpose();
     });
 }
 
