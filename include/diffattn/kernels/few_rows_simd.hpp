@@ -145,11 +145,20 @@ void scaled_key_dots(const float* query, const S* keys, Index stride, Index coun
     }
 }
 
+/// How far ahead the blocked key dots ask for their keys, in bytes, where a line of keys costs more
+/// work than one float row against one query: a group of query rows (M >= 2: M broadcasts and M
+/// multiply-adds a row) or half-precision keys (two rows, widened, a line). The core's window then
+/// holds fewer lines in flight than the one-row float loop's, which needs no prefetch. 8 KB ahead
+/// read a group's keys 1.1-1.2x faster than no prefetch, and a little faster than 4 KB
+/// (docs/benchmarks.md, "Keys asked for ahead where a line costs more").
+inline constexpr Index kCostlyKeyPrefetchBytes = 8192;
+
 /// The scaled dots of M (1-4) query rows with n <= 16 keys of one block (kernels/key_rows.hpp's
 /// blocked layout: entry i of the block's keys at block + 16 i), `lanes` the mask of those keys: d
 /// multiply-adds of the block's rows by each query's entries, and no sum across lanes. Each row of
 /// the block is loaded once for the M queries (a GQA group's query heads); the products go in 4 / M
-/// chains per query, into out[m][j, j + 16). The keys outside `lanes` are not read.
+/// chains per query, into out[m][j, j + 16). The keys outside `lanes` are not read. A whole block of
+/// M >= 2 rows or of half-precision keys asks for each line kCostlyKeyPrefetchBytes ahead.
 template <int M, bool Whole, typename S>
 __attribute__((always_inline)) inline void scaled_block_dots(const float* const (&queries)[M], const S* block, Index d,
                                                              __mmask16 lanes, __m512 scales, float* const (&out)[M],
@@ -170,6 +179,12 @@ __attribute__((always_inline)) inline void scaled_block_dots(const float* const 
     for (; i + kChains <= d; i += kChains) {
 #pragma GCC unroll 4
         for (int c = 0; c < kChains; ++c) {
+            constexpr Index kRowsPerLine = 64 / (16 * static_cast<Index>(sizeof(S)));  // 1 (float), 2 (half)
+            if constexpr ((M >= 2 || kRowsPerLine > 1) && Whole) {
+                if ((i + c) % kRowsPerLine == 0) {
+                    prefetch_into_l2(reinterpret_cast<const char*>(block + 16 * (i + c)) + kCostlyKeyPrefetchBytes);
+                }
+            }
             const __m512 entries = row(i + c);
             for (int m = 0; m < M; ++m) {
                 acc[m][c] = _mm512_fmadd_ps(entries, _mm512_set1_ps(queries[m][i + c]), acc[m][c]);
@@ -192,9 +207,10 @@ __attribute__((always_inline)) inline void scaled_block_dots(const float* const 
 
 /// out[m][j] = scale * (queries[m] . key j) for j < count and each of the M (1-4) query rows, the
 /// keys in blocks of 16 from `blocks` (the block of key 0; kernels/key_rows.hpp), d entries each,
-/// each block read once for the M rows. No software prefetch: the blocks are one run of memory read
-/// in order, which the hardware prefetcher follows, and asking for each line ahead made decode
-/// steps slower (docs/benchmarks.md, "Keys in blocks of 16").
+/// each block read once for the M rows. One row of float keys asks for no lines ahead: the blocks
+/// are one run of memory read in order, which the hardware prefetcher follows, and asking for each
+/// line ahead made decode steps slower (docs/benchmarks.md, "Keys in blocks of 16"). A group of
+/// rows, or half-precision keys, do ask (kCostlyKeyPrefetchBytes).
 template <int M, typename S>
 void scaled_blocked_key_dots(const float* const (&queries)[M], const S* blocks, Index count, Index d, float scale,
                              float* const (&out)[M]) {
