@@ -86,7 +86,7 @@ void one_row_dots_row_by_row(const T* x, const W& w, Out& out, Index j_begin, In
         const T* const row = w.data() + j * w.outerStride();
         Packet acc = Eigen::internal::pset1<Packet>(T(0));
         for (Index k = 0; k < full; k += P) {
-            prefetch_into_l2(reinterpret_cast<const char*>(row + k) + kOneRowPrefetchBytes);  // a hint: never faults
+            prefetch_into_l2(reinterpret_cast<const char*>(row + k) + kOneRowPrefetchBytes);
             const Packet w_packet = Eigen::internal::ploadu<Packet>(row + k);
             acc = Eigen::internal::pmadd(w_packet, Eigen::internal::ploadu<Packet>(x + k), acc);
         }
