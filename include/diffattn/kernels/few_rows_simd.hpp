@@ -164,6 +164,8 @@ __attribute__((always_inline)) inline void scaled_block_dots(const float* const 
                                                              __mmask16 lanes, __m512 scales, float* const (&out)[M],
                                                              Index j) {
     constexpr int kChains = M == 1 ? 4 : M == 2 ? 2 : 1;
+    constexpr Index kRowsPerLine = 64 / (16 * static_cast<Index>(sizeof(S)));  // 1 (float), 2 (half)
+    constexpr bool kAskAhead = Whole && (M >= 2 || kRowsPerLine > 1);         // kCostlyKeyPrefetchBytes
     const auto row = [&](Index i) {
         if constexpr (Whole) {
             return widen16(block + 16 * i);
@@ -179,11 +181,8 @@ __attribute__((always_inline)) inline void scaled_block_dots(const float* const 
     for (; i + kChains <= d; i += kChains) {
 #pragma GCC unroll 4
         for (int c = 0; c < kChains; ++c) {
-            constexpr Index kRowsPerLine = 64 / (16 * static_cast<Index>(sizeof(S)));  // 1 (float), 2 (half)
-            if constexpr ((M >= 2 || kRowsPerLine > 1) && Whole) {
-                if ((i + c) % kRowsPerLine == 0) {
-                    prefetch_into_l2(reinterpret_cast<const char*>(block + 16 * (i + c)) + kCostlyKeyPrefetchBytes);
-                }
+            if (kAskAhead && (i + c) % kRowsPerLine == 0) {  // once a line
+                prefetch_into_l2(reinterpret_cast<const char*>(block + 16 * (i + c)) + kCostlyKeyPrefetchBytes);
             }
             const __m512 entries = row(i + c);
             for (int m = 0; m < M; ++m) {
