@@ -145,27 +145,28 @@ void scaled_key_dots(const float* query, const S* keys, Index stride, Index coun
     }
 }
 
-/// How far ahead the blocked key dots ask for their keys, in bytes, where a line of keys costs more
-/// work than one float row against one query: a group of query rows (M >= 2: M broadcasts and M
-/// multiply-adds a row) or half-precision keys (two rows, widened, a line). The core's window then
-/// holds fewer lines in flight than the one-row float loop's, which needs no prefetch. 8 KB ahead
-/// read a group's keys 1.1-1.2x faster than no prefetch, and a little faster than 4 KB
-/// (docs/benchmarks.md, "Keys asked for ahead where a line costs more").
-inline constexpr Index kCostlyKeyPrefetchBytes = 8192;
+/// How far ahead the blocked key dots and the value sums ask for their lines, in bytes, where a line
+/// costs more work than one float row against one query or weight row: a group of rows (M >= 2: M
+/// broadcasts and M multiply-adds a line) or half precision (two rows of keys, or 32 values,
+/// widened, a line). The core's window then holds fewer lines in flight than the one-row float
+/// loops', which need no prefetch. 8 KB ahead read a group's keys 1.1-1.2x faster than no prefetch,
+/// and a little faster than 4 KB (docs/benchmarks.md, "Keys asked for ahead where a line costs
+/// more", "Prefetches GCC deleted").
+inline constexpr Index kCostlyLinePrefetchBytes = 8192;
 
 /// The scaled dots of M (1-4) query rows with n <= 16 keys of one block (kernels/key_rows.hpp's
 /// blocked layout: entry i of the block's keys at block + 16 i), `lanes` the mask of those keys: d
 /// multiply-adds of the block's rows by each query's entries, and no sum across lanes. Each row of
 /// the block is loaded once for the M queries (a GQA group's query heads); the products go in 4 / M
 /// chains per query, into out[m][j, j + 16). The keys outside `lanes` are not read. A whole block of
-/// M >= 2 rows or of half-precision keys asks for each line kCostlyKeyPrefetchBytes ahead.
+/// M >= 2 rows or of half-precision keys asks for each line kCostlyLinePrefetchBytes ahead.
 template <int M, bool Whole, typename S>
 __attribute__((always_inline)) inline void scaled_block_dots(const float* const (&queries)[M], const S* block, Index d,
                                                              __mmask16 lanes, __m512 scales, float* const (&out)[M],
                                                              Index j) {
     constexpr int kChains = M == 1 ? 4 : M == 2 ? 2 : 1;
     constexpr Index kRowsPerLine = 64 / (16 * static_cast<Index>(sizeof(S)));  // 1 (float), 2 (half)
-    constexpr bool kAskAhead = Whole && (M >= 2 || kRowsPerLine > 1);         // kCostlyKeyPrefetchBytes
+    constexpr bool kAskAhead = Whole && (M >= 2 || kRowsPerLine > 1);         // kCostlyLinePrefetchBytes
     const auto row = [&](Index i) {
         if constexpr (Whole) {
             return widen16(block + 16 * i);
@@ -182,7 +183,7 @@ __attribute__((always_inline)) inline void scaled_block_dots(const float* const 
 #pragma GCC unroll 4
         for (int c = 0; c < kChains; ++c) {
             if (kAskAhead && (i + c) % kRowsPerLine == 0) {  // once a line
-                prefetch_into_l2(reinterpret_cast<const char*>(block + 16 * (i + c)) + kCostlyKeyPrefetchBytes);
+                prefetch_into_l2(reinterpret_cast<const char*>(block + 16 * (i + c)) + kCostlyLinePrefetchBytes);
             }
             const __m512 entries = row(i + c);
             for (int m = 0; m < M; ++m) {
@@ -209,7 +210,7 @@ __attribute__((always_inline)) inline void scaled_block_dots(const float* const 
 /// each block read once for the M rows. One row of float keys asks for no lines ahead: the blocks
 /// are one run of memory read in order, which the hardware prefetcher follows, and asking for each
 /// line ahead made decode steps slower (docs/benchmarks.md, "Keys in blocks of 16"). A group of
-/// rows, or half-precision keys, do ask (kCostlyKeyPrefetchBytes).
+/// rows, or half-precision keys, do ask (kCostlyLinePrefetchBytes).
 template <int M, typename S>
 void scaled_blocked_key_dots(const float* const (&queries)[M], const S* blocks, Index count, Index d, float scale,
                              float* const (&out)[M]) {
@@ -225,12 +226,15 @@ void scaled_blocked_key_dots(const float* const (&queries)[M], const S* blocks, 
 
 /// acc[m][c, c + 16 V) += sum_j p[m][j] * (values row j)[c, c + 16 V) for j < count: the columns
 /// held in registers over all the keys. Every vector but the last is whole; `last` the lanes of the
-/// last inside dv (LastWhole: all 16).
+/// last inside dv (LastWhole: all 16). With `prefetch`, M >= 2 weight rows or half-precision values
+/// ask for each row kCostlyLinePrefetchBytes ahead; one weight row of float values asks for none.
 template <int M, int V, bool LastWhole, typename S>
 __attribute__((always_inline)) inline void accumulate_value_columns(const float* const (&p)[M], const S* values,
                                                                     Index stride, Index count, Index row_bytes,
                                                                     Index c, __mmask16 last,
                                                                     float* const (&acc)[M], bool prefetch) {
+    constexpr bool kAskAhead = M >= 2 || sizeof(S) < sizeof(float);  // kCostlyLinePrefetchBytes
+    prefetch = prefetch && kAskAhead;
     const auto lanes = [last](int i) { return i + 1 < V ? static_cast<__mmask16>(0xffff) : last; };
     __m512 sums[M][V];
     for (int m = 0; m < M; ++m) {
@@ -238,7 +242,10 @@ __attribute__((always_inline)) inline void accumulate_value_columns(const float*
     }
     for (Index j = 0; j < count; ++j) {
         const S* row = values + j * stride;
-        if (prefetch) prefetch_ahead(row, row_bytes);
+        if (prefetch) {
+            const char* ahead = reinterpret_cast<const char*>(row) + kCostlyLinePrefetchBytes;
+            for (Index b = 0; b < row_bytes; b += 64) prefetch_into_l2(ahead + b);
+        }
         __m512 weight[M];
         for (int m = 0; m < M; ++m) weight[m] = _mm512_set1_ps(p[m][j]);
 #pragma GCC unroll 8
@@ -259,7 +266,8 @@ __attribute__((always_inline)) inline void accumulate_value_columns(const float*
 /// up to 128 columns is read whole, in the order it lies in memory. Each sweep takes as few vectors
 /// as hold its columns, so that only the last vector of a sweep can be partly masked: a vector masked
 /// off whole had sent every key through a masked loop (docs/benchmarks.md, "Rows of 32 values"). The
-/// first sweep prefetches whole rows ahead, unless `prefetch` is false (the rows already read). The M
+/// first sweep asks for whole rows ahead (accumulate_value_columns), unless `prefetch` is false (the
+/// rows already read). The M
 /// outputs take each value packet from one load: DINT causal_mean's O and O1 = A1 V
 /// (diff_few_rows.hpp), or the query rows of a GQA group, whose sweeps of a tile after the first had
 /// cost most of the time of the first. Each output's sums are those of the M = 1 call, in the same
