@@ -16,7 +16,9 @@ namespace diffattn::detail {
 /// "Prefetching into L2"). A hint: an address past the data, even an unmapped one, never faults.
 /// GCC's and Clang's builtin, which survives being inlined into an always-inline function (GCC 12
 /// drops Eigen's prefetch there); MSVC's intrinsic on x86; elsewhere nothing, which changes no
-/// result.
+/// result. A function whose body only calls this must be always inlined as well: GCC 12 counts it
+/// free of side effects and deletes the calls to it (kernels/stored_rows.hpp's prefetch_ahead;
+/// docs/benchmarks.md, "Prefetches GCC deleted").
 EIGEN_ALWAYS_INLINE void prefetch_into_l2(const void* p) {
 #if defined(__GNUC__) || defined(__clang__)
     __builtin_prefetch(p, 0, 2);
