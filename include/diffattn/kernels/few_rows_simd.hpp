@@ -234,7 +234,7 @@ __attribute__((always_inline)) inline void accumulate_value_columns(const float*
                                                                     Index c, __mmask16 last,
                                                                     float* const (&acc)[M], bool prefetch) {
     constexpr bool kAskAhead = M >= 2 || sizeof(S) < sizeof(float);  // kCostlyLinePrefetchBytes
-    prefetch = prefetch && kAskAhead;
+    const bool ask_ahead = kAskAhead && prefetch;
     const auto lanes = [last](int i) { return i + 1 < V ? static_cast<__mmask16>(0xffff) : last; };
     __m512 sums[M][V];
     for (int m = 0; m < M; ++m) {
@@ -242,10 +242,7 @@ __attribute__((always_inline)) inline void accumulate_value_columns(const float*
     }
     for (Index j = 0; j < count; ++j) {
         const S* row = values + j * stride;
-        if (prefetch) {
-            const char* ahead = reinterpret_cast<const char*>(row) + kCostlyLinePrefetchBytes;
-            for (Index b = 0; b < row_bytes; b += 64) prefetch_into_l2(ahead + b);
-        }
+        if (ask_ahead) prefetch_ahead(row, row_bytes, kCostlyLinePrefetchBytes);
         __m512 weight[M];
         for (int m = 0; m < M; ++m) weight[m] = _mm512_set1_ps(p[m][j]);
 #pragma GCC unroll 8
@@ -267,11 +264,10 @@ __attribute__((always_inline)) inline void accumulate_value_columns(const float*
 /// as hold its columns, so that only the last vector of a sweep can be partly masked: a vector masked
 /// off whole had sent every key through a masked loop (docs/benchmarks.md, "Rows of 32 values"). The
 /// first sweep asks for whole rows ahead (accumulate_value_columns), unless `prefetch` is false (the
-/// rows already read). The M
-/// outputs take each value packet from one load: DINT causal_mean's O and O1 = A1 V
-/// (diff_few_rows.hpp), or the query rows of a GQA group, whose sweeps of a tile after the first had
-/// cost most of the time of the first. Each output's sums are those of the M = 1 call, in the same
-/// order.
+/// rows already read). The M outputs take each value packet from one load: DINT causal_mean's O and
+/// O1 = A1 V (diff_few_rows.hpp), or the query rows of a GQA group, whose sweeps of a tile after the
+/// first had cost most of the time of the first. Each output's sums are those of the M = 1 call, in
+/// the same order.
 template <int M, typename S>
 void accumulate_value_rows(const float* const (&p)[M], const S* values, Index stride, Index count, Index dv,
                            float* const (&acc)[M], bool prefetch) {

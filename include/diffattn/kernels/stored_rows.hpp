@@ -26,14 +26,14 @@ namespace diffattn::detail {
 /// (docs/benchmarks.md, "Measurements behind the code's choices").
 inline constexpr Index kPrefetchAheadBytes = 4096;
 
-/// Asks for the cache lines of [p, p + bytes) kPrefetchAheadBytes ahead, into L2
-/// (prefetch_into_l2): the rows a loop will read next (a prefetch past the end of the rows is a
-/// hint the CPU drops, never a read). Always inlined: GCC 12 finds a function that does nothing but
+/// Asks for the cache lines of [p, p + bytes) `distance` bytes ahead (kPrefetchAheadBytes unless a
+/// loop says otherwise), into L2 (prefetch_into_l2): the rows a loop will read next (a prefetch
+/// past the end of the rows is a hint the CPU drops, never a read). Always inlined: GCC 12 finds a function that does nothing but
 /// prefetch free of side effects and deletes the calls to it where it is not inlined early, which
 /// had left the few-row value sums with no prefetch at all (docs/benchmarks.md, "Prefetches GCC
 /// deleted").
-EIGEN_ALWAYS_INLINE void prefetch_ahead(const void* p, Index bytes) {
-    const char* ahead = static_cast<const char*>(p) + kPrefetchAheadBytes;
+EIGEN_ALWAYS_INLINE void prefetch_ahead(const void* p, Index bytes, Index distance = kPrefetchAheadBytes) {
+    const char* ahead = static_cast<const char*>(p) + distance;
     for (Index b = 0; b < bytes; b += 64) prefetch_into_l2(ahead + b);
 }
 #endif
