@@ -150,7 +150,7 @@ void load_checkpoint(benchmark::State& state) {
         {
             const diffattn::DecoderModel<float> model = diffattn::DecoderModel<float>::load(checkpoint.dir());
             seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-            benchmark::DoNotOptimize(model.embed_tokens.data());
+            benchmark::DoNotOptimize(model.embed_tokens.stored_row(0));
             peak_over_model = std::max(peak_over_model, (status_bytes("VmHWM") - before) / model_bytes);
         }
         if (!reset) state.SkipWithError("/proc/self/clear_refs not writable: peak RSS of later iterations unknown");

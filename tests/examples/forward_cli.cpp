@@ -64,7 +64,7 @@ void write_nan_model(const fs::path& dir, Index vocab, NanRow nan_row) {
     const ModelConfig config = test::tiny_config(AttentionKind::diff, vocab);
     DecoderModel<float> model = DecoderModel<float>::seeded(config, 3);
     for (Index v = 0; v < vocab; ++v) {
-        if (nan_row(v)) model.lm_head.row(v).setConstant(std::numeric_limits<float>::quiet_NaN());
+        if (nan_row(v)) model.lm_head.dense().row(v).setConstant(std::numeric_limits<float>::quiet_NaN());
     }
     model_test::write_model_dir(dir, config, model_test::tensors_of(model));
 }

@@ -10,6 +10,7 @@
 
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/core/weight_panels.hpp"
 
 #include <algorithm>
 #include <exception>
@@ -80,6 +81,9 @@ struct ExecutionContext {
     /// ... but on fewer, down to one, when a call has less than this much work (flops) per thread
     /// (detail::threads_for_work; 0: always `threads`).
     double min_parallel_flops = detail::kMinParallelFlopsPerThread;
+    /// Where products of many rows decode panels of stored weights, one per thread (null: such a
+    /// product allocates its panels for the call).
+    const WeightPanels* panels = nullptr;
 
     /// Threads worth starting for `flops` of work split over independent tasks.
     int threads_for(double flops) const { return detail::threads_for_work(threads, flops, min_parallel_flops); }
