@@ -1001,7 +1001,7 @@ TEST_CASE("weight whose rows are not whole blocks", "[catalogue][weights]") {
     CHECK(model.layers[0].mlp.down_proj.format() == WeightFormat::f32);
     CHECK(model.layers[0].mlp.up_proj.format() == WeightFormat::q8_0);
     REQUIRE_FALSE(warnings.empty());
-    check_words(warnings.front(), {"tensor \"model.layers.0.self_attn.out_proj.weight\": its rows of 48 weights are not "
+    check_words(warnings.front(), {"tensor \"model.layers.0.mlp.down_proj.weight\": its rows of 48 weights are not "
                                    "whole 32-weight blocks of q8_0; stored as f32"});
     CHECK_ERROR(ShapeError, LinearWeight<float>(2, 48, WeightFormat::q4_0),
                 "rows of 48 weights are not whole 32-weight blocks of q4_0");

@@ -7,8 +7,9 @@
 // The weights of a row are read in the order they lie in memory, one row after the next, each
 // 64-byte line asked for kOneRowPrefetchBytes ahead (layers/few_rows_linear.hpp's one-row order,
 // which suits the short rows of a stored format: a q4_0 row of 2048 weights is 1152 bytes). Two
-// (for 1-2 x rows, four) independent sums per x row keep the multiply-adds out of one dependency
-// chain. Each output is one sum over the row; its order depends on the width only.
+// independent sums per x row (each block's first and second half) keep the multiply-adds out of
+// one dependency chain. Each output is one sum over the row whose order depends on the width only,
+// so a row of x gives the same bits alone as in a group.
 #pragma once
 
 #include "diffattn/core/linear_weight.hpp"
@@ -120,31 +121,22 @@ void stored_dot_rows(const X& x, const WeightView<T>& w, Out& out, Index j_begin
     row_pointers(x, 0, x_row);
 #if defined(__AVX512F__) && defined(__AVX512BW__) && !defined(EIGEN_DONT_VECTORIZE)
     if constexpr (std::is_same_v<T, float>) {
-        constexpr int A = N <= 2 ? 4 : 2;  // independent sums per x row (a multiple of 2: lo and hi)
         for (Index j = j_begin; j < j_end; ++j) {
             const unsigned char* row = w.row(j);
-            __m512 acc[N][A];
-            for (auto& sums : acc) std::fill(sums, sums + A, _mm512_setzero_ps());
-            Index b = 0;
-            const auto step = [&](Index block, int first) {
-                prefetch_into_l2(row + block * Blocks::kBytes + kOneRowPrefetchBytes);
+            __m512 acc[N][2];  // the weights [0, 16) and [16, 32) of each block: two chains
+            for (auto& sums : acc) sums[0] = sums[1] = _mm512_setzero_ps();
+            for (Index b = 0; b < blocks; ++b) {
+                prefetch_into_l2(row + b * Blocks::kBytes + kOneRowPrefetchBytes);
                 __m512 lo, hi;
-                Blocks::decode(row + block * Blocks::kBytes, lo, hi);
+                Blocks::decode(row + b * Blocks::kBytes, lo, hi);
                 for (int n = 0; n < N; ++n) {
-                    const float* xb = x_row[n] + block * Blocks::kWeights;
-                    acc[n][first] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xb), acc[n][first]);
-                    acc[n][first + 1] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xb + 16), acc[n][first + 1]);
+                    const float* xb = x_row[n] + b * Blocks::kWeights;
+                    acc[n][0] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xb), acc[n][0]);
+                    acc[n][1] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xb + 16), acc[n][1]);
                 }
-            };
-            for (; A == 4 && b + 2 <= blocks; b += 2) {
-                step(b, 0);
-                step(b + 1, A - 2);
             }
-            for (; b < blocks; ++b) step(b, 0);
             for (int n = 0; n < N; ++n) {
-                __m512 sum = acc[n][0];
-                for (int a = 1; a < A; ++a) sum = _mm512_add_ps(sum, acc[n][a]);
-                float total = _mm512_reduce_add_ps(sum);
+                float total = _mm512_reduce_add_ps(_mm512_add_ps(acc[n][0], acc[n][1]));
                 if (tail < depth) {
                     float weights[Blocks::kWeights];
                     decode_row(F, row + blocks * Blocks::kBytes, depth - tail, weights);
