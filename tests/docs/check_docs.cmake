@@ -5,9 +5,9 @@
 #                    fuzz/ and tools/ names a section that docs/math.md has, and nothing cites
 #                    the old out-of-repo "SPEC n";
 #   CHECK=retrieval  every table line of the README between "<!-- retrieval tables -->" and
-#                    "<!-- /retrieval tables -->" is a line of docs/retrieval/tables.md, the
-#                    committed output of scripts/retrieval-report.sh (the README's figures are
-#                    that run's, not typed in).
+#                    "<!-- /retrieval tables -->" (at least one table) is a line of
+#                    docs/retrieval/tables.md, the committed output of scripts/retrieval-report.sh
+#                    (the README's figures are that run's, not typed in).
 # SOURCE_DIR is the project's source directory.
 cmake_minimum_required(VERSION 3.20)
 
@@ -111,7 +111,8 @@ elseif(CHECK STREQUAL "retrieval")
       endif()
     endif()
   endforeach()
-  if(_n_lines LESS 10)
+  # At least a table's header, separator and one row: the README may hold only the headline table.
+  if(_n_lines LESS 3)
     list(APPEND _failures "found ${_n_lines} table lines in the README's retrieval tables block")
   endif()
   message(STATUS "retrieval: ${_n_lines} README table lines, all from docs/retrieval/tables.md")
