@@ -7,7 +7,10 @@
 #   CHECK=retrieval  every table line of the README between "<!-- retrieval tables -->" and
 #                    "<!-- /retrieval tables -->" (at least one table) is a line of
 #                    docs/retrieval/tables.md, the committed output of scripts/retrieval-report.sh
-#                    (the README's figures are that run's, not typed in).
+#                    (the README's figures are that run's, not typed in);
+#   CHECK=benchmarks every section of docs/benchmarks.md cited by name anywhere in the tree (the
+#                    file's name, then one or more names in double quotes, over line breaks and
+#                    comment markers) is a heading of that file or the bold name of a table row.
 # SOURCE_DIR is the project's source directory.
 cmake_minimum_required(VERSION 3.20)
 
@@ -117,8 +120,53 @@ elseif(CHECK STREQUAL "retrieval")
   endif()
   message(STATUS "retrieval: ${_n_lines} README table lines, all from docs/retrieval/tables.md")
 
+elseif(CHECK STREQUAL "benchmarks")
+  # The names a citation may use: every heading's text and every table row's bold first cell.
+  read_lines("${SOURCE_DIR}/docs/benchmarks.md" _lines)
+  set(_names "")
+  foreach(_line IN LISTS _lines)
+    if(_line MATCHES "^#+ +(.*[^ ])")
+      list(APPEND _names "${CMAKE_MATCH_1}")
+    elseif(_line MATCHES "^\\| \\*\\*([^*]+)\\*\\*")
+      list(APPEND _names "${CMAKE_MATCH_1}")
+    endif()
+  endforeach()
+  set(_files "")
+  foreach(_dir include tests examples bench fuzz tools scripts docs cmake)
+    file(GLOB_RECURSE _found "${SOURCE_DIR}/${_dir}/*.hpp" "${SOURCE_DIR}/${_dir}/*.cpp"
+         "${SOURCE_DIR}/${_dir}/*.py" "${SOURCE_DIR}/${_dir}/*.md" "${SOURCE_DIR}/${_dir}/*.sh"
+         "${SOURCE_DIR}/${_dir}/*.txt" "${SOURCE_DIR}/${_dir}/*.in" "${SOURCE_DIR}/${_dir}/*.cmake")
+    list(APPEND _files ${_found})
+  endforeach()
+  list(APPEND _files "${SOURCE_DIR}/README.md" "${SOURCE_DIR}/CMakeLists.txt")
+  set(_n_citations 0)
+  foreach(_file IN LISTS _files)
+    file(READ "${_file}" _text)
+    file(RELATIVE_PATH _rel "${SOURCE_DIR}" "${_file}")
+    string(REPLACE ";" "<semicolon>" _text "${_text}")
+    string(REPLACE "[" "<lbracket>" _text "${_text}")
+    string(REPLACE "]" "<rbracket>" _text "${_text}")
+    # A name wrapped over lines: the line break, the next line's comment marker and indent are a space.
+    string(REGEX REPLACE "\n[ \t]*(///|//|#+|\\*)?[ \t]*" " " _text "${_text}")
+    string(REGEX MATCHALL "benchmarks\\.md`?(, *| *\\(| )\\(?\"[^\"]+\"((, *| and )\"[^\"]+\")*" _cites "${_text}")
+    foreach(_cite IN LISTS _cites)
+      string(REGEX MATCHALL "\"[^\"]+\"" _quoted "${_cite}")
+      foreach(_q IN LISTS _quoted)
+        string(REGEX REPLACE "^\"(.*)\"$" "\\1" _name "${_q}")
+        math(EXPR _n_citations "${_n_citations} + 1")
+        if(NOT _name IN_LIST _names)
+          list(APPEND _failures "${_rel} cites docs/benchmarks.md, \"${_name}\", which is no heading or row name there")
+        endif()
+      endforeach()
+    endforeach()
+  endforeach()
+  if(_n_citations LESS 10)
+    list(APPEND _failures "found only ${_n_citations} citations of docs/benchmarks.md sections")
+  endif()
+  message(STATUS "benchmarks: ${_n_citations} citations of docs/benchmarks.md sections")
+
 else()
-  message(FATAL_ERROR "check_docs.cmake: CHECK must be catalogue, citations or retrieval, got \"${CHECK}\"")
+  message(FATAL_ERROR "check_docs.cmake: CHECK must be catalogue, citations, retrieval or benchmarks, got \"${CHECK}\"")
 endif()
 
 if(_failures)
