@@ -22,16 +22,13 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import retrieval_kinds as K  # noqa: E402
 import retrieval_model as M  # noqa: E402
-import torch_reference as R  # noqa: E402
-import train_retrieval as TR  # noqa: E402
-
-ROOT = os.path.dirname(HERE)
-DATA = os.path.join(ROOT, "tests", "data", "retrieval")
-MODELS = os.path.join(ROOT, "models", "retrieval")
+from retrieval_kinds import DATA, MODELS  # noqa: E402
 
 from retrieval_episodes import (ACC_EPISODES, ATT_EPISODES, CELLS, DEPTHS,  # noqa: E402
-                                EVAL_SEED, LENGTH_FACTORS, TABLE_EPISODES, make_sets, vocab)
+                                EVAL_SEED, LENGTH_FACTORS, TABLE_EPISODES, TRAIN_LEN, make_sets,
+                                vocab)
 import retrieval_episodes as E  # noqa: E402
 
 # Two rows whose float64 logits differ by less than this at the top are reported as near-ties
@@ -40,11 +37,7 @@ NEAR_TIE = 1e-3
 
 
 def load_model(kind, dtype, models=MODELS):
-    d = os.path.join(models, kind)
-    with open(os.path.join(d, "config.json")) as f:
-        cfg = json.load(f)
-    params, _, _ = R.read_safetensors(os.path.join(d, "model.safetensors"))
-    return M.full_config(cfg), {k: t.to(dtype) for k, t in params.items()}
+    return M.load_model(kind, dtype, models)
 
 
 def run_set(params, cfg, st, want_maps, batch):
@@ -143,7 +136,7 @@ def table(kind, train_len, seed, models):
 def run(kinds, models=MODELS, data=DATA, with_table=False, log=print):
     """Write the episodes, the expected figures of each kind and (with_table) the table."""
     v = vocab()
-    train_len = TR.SCHED["train_len"]
+    train_len = TRAIN_LEN
     sets = make_sets(v, train_len, ACC_EPISODES, EVAL_SEED)
     os.makedirs(data, exist_ok=True)
     E.write(os.path.join(data, "episodes.json"), E.document(v, train_len, sets, EVAL_SEED))
@@ -176,7 +169,7 @@ def markdown(kinds, models=MODELS, data=DATA):
     out = []
     cells = ["N%d_R%d" % c for c in CELLS]
     out += ["| kind | parameters | wall time (s) | final loss | accuracy at L = %d (min / mean "
-            "over the cells) | solved |" % TR.SCHED["train_len"], "|---|---|---|---|---|---|"]
+            "over the cells) | solved |" % TRAIN_LEN, "|---|---|---|---|---|---|"]
     for k in kinds:
         with open(os.path.join(models, k, "loss.json")) as f:
             lj = json.load(f)
@@ -189,7 +182,7 @@ def markdown(kinds, models=MODELS, data=DATA):
         with open(tab_path) as f:
             tab = json.load(f)
         for fct in LENGTH_FACTORS:
-            L = TR.SCHED["train_len"] * fct
+            L = TRAIN_LEN * fct
             out += ["", "PyTorch float32 accuracy at L = %d (%d episodes per cell, seed %d):" % (
                 L, TABLE_EPISODES[fct], tab["seed"]), "",
                 "| kind | " + " | ".join(c.replace("_", " ") for c in cells) + " |",
@@ -227,7 +220,7 @@ def markdown(kinds, models=MODELS, data=DATA):
         (li, h, _), att = best[k]
         row = []
         for d in DEPTHS:
-            m = att["att_L%d_depth%d" % (TR.SCHED["train_len"], round(100 * d))][
+            m = att["att_L%d_depth%d" % (TRAIN_LEN, round(100 * d))][
                 "per_layer_head"][li][h]
             row.append("%.3f / %.3f" % (m["answer"], m["noise"]))
         out.append("| %s | %d.%d | " % (k, li, h) + " | ".join(row) + " |")
@@ -236,7 +229,7 @@ def markdown(kinds, models=MODELS, data=DATA):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--kinds", nargs="*", default=list(TR.KINDS))
+    ap.add_argument("--kinds", nargs="*", default=K.NAMES)
     ap.add_argument("--table", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--models", default=MODELS)

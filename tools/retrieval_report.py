@@ -30,9 +30,10 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import retrieval_episodes as E  # noqa: E402
+import retrieval_kinds as K  # noqa: E402
 
-ROOT = os.path.dirname(HERE)
-KINDS = ["softmax", "diff", "dint_causal_softmax", "dint_causal_mean", "shared_diff", "diff_v2"]
+ROOT = K.ROOT
+KINDS = K.NAMES
 MEASURES = ["answer", "noise", "negative_mass", "negative_fraction", "row_sum", "answer_raw",
             "noise_raw"]
 PICTURED_SET, PICTURED_EPISODE = "att_L64_depth50", 0
@@ -285,7 +286,7 @@ def main():
     args.analyze, args.out, args.work = (os.path.abspath(p) for p in (args.analyze, args.out, args.work))
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.work, exist_ok=True)
-    models = os.path.join(ROOT, "models", "retrieval")
+    models = K.MODELS
 
     v = E.vocab()
     sets = E.make_sets(v, E.TRAIN_LEN, E.REPORT_EPISODES, E.TABLE_SEED,
