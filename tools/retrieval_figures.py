@@ -87,7 +87,6 @@ FIGURES = {
     "noise_normalised": ("noise_mass", "row_sum"),
     "negative_fraction": ("negatives", "visible"),
 }
-MEASURE_NAMES = list(FIGURES)
 
 
 def row_measures(maps, b, n, answer, noise):
