@@ -9,9 +9,9 @@
 // Prints, per layer and head, the figures of the analysed rows (analysis/figures.hpp: the |P| share
 // of answer and noise, the raw signed masses, the row sum; each a ratio of sums over the rows with
 // its standard error, analysis/row_summary.hpp). --json writes every figure of every row and of
-// every set, with the definitions; --maps one JSON file per kept
-// row with its maps (A1, A2, DINT's integral, the combined map) per layer and head, the data
-// for pictures. Every error prints a message and exits with status 2 before anything is written.
+// every set, with the definitions; --maps one JSON file per kept row with its maps (A1, A2,
+// DINT's integral, the combined map) per layer and head, the data for pictures. Every error
+// prints a message and exits with status 2 before anything is written.
 #include "diffattn/analysis/attention_analysis.hpp"
 #include "diffattn/io/json_file.hpp"
 #include "diffattn/io/replace_file.hpp"
