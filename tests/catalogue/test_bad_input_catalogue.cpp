@@ -881,6 +881,22 @@ TEST_CASE("attention analysis rows or spans outside the sequence", "[catalogue][
                 "13 tokens but the analyzer holds at most 12");
 }
 
+TEST_CASE("attention figures of another shape", "[catalogue][analysis]") {
+    analysis::AnalysisResult two_heads;
+    two_heads.n_layers = 1, two_heads.n_heads = 2, two_heads.n_rows = 1;
+    two_heads.figures.resize(2);
+    analysis::AnalysisResult one_head = two_heads;
+    one_head.n_heads = 1;
+    one_head.figures.resize(1);
+    analysis::RowSummary summary;
+    summary.add(two_heads);
+    CHECK_ERROR(ShapeError, summary.add(one_head),
+                "RowSummary::add: a result of 1 layers and 1 heads after results of 1 and 2");
+    CHECK_ERROR(ShapeError, summary.estimate(1, 0, analysis::Figure::answer_share),
+                "RowSummary::estimate: layer 1 head 0 of a summary of 1 layers and 2 heads");
+    CHECK_ERROR(ShapeError, summary.estimate(0, 2, analysis::Figure::answer_share), "layer 0 head 2");
+}
+
 TEST_CASE("ranks that disagree", "[catalogue][distributed]") {
     // The cross-rank cases run under mpirun in tests/distributed/; these need no MPI.
     CHECK_ERROR(ShapeError, distributed::balanced_slices(3, 4, true), "balanced_slices",

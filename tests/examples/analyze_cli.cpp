@@ -82,7 +82,7 @@ TEST_CASE("diffattn-analyze: an attention set's figures and accuracy equal PyTor
         for (std::size_t l = 0; l < want_layers.size(); ++l) {
             REQUIRE(got_layers[l].size() == want_layers[l].size());
             for (std::size_t h = 0; h < want_layers[l].size(); ++h) {
-                for (const auto& [name, value] : want_layers[l][h].items()) {
+                for (const auto& [name, value] : want_layers[l][h].items()) {  // every figure and its _se
                     INFO("layer " << l << " head " << h << " " << name);
                     CHECK(std::abs(got_layers[l][h].at(name).get<double>() - value.get<double>()) <=
                           64.0 * std::numeric_limits<float>::epsilon());
@@ -143,16 +143,23 @@ TEST_CASE("diffattn-analyze: --maps writes the maps the figures come from", "[ex
                 const std::vector<double> combined = head.at("combined").get<std::vector<double>>();
                 REQUIRE(static_cast<long>(combined.size()) == position + 1);  // the keys a causal row sees
                 REQUIRE(a1.size() == combined.size());
-                double a1_sum = 0, row_sum = 0, answer_mass = 0;
+                double a1_sum = 0, row_sum = 0, abs_sum = 0, answer_mass = 0, answer_abs = 0;
                 for (std::size_t j = 0; j < combined.size(); ++j) {
                     a1_sum += a1[j];
                     row_sum += combined[j];
+                    abs_sum += std::abs(combined[j]);
                 }
-                for (const long j : answer) answer_mass += j <= position ? combined[static_cast<std::size_t>(j)] : 0.0;
+                for (const long j : answer) {
+                    if (j > position) continue;
+                    answer_mass += combined[static_cast<std::size_t>(j)];
+                    answer_abs += std::abs(combined[static_cast<std::size_t>(j)]);
+                }
                 const json& f = row.at("per_layer_head").at(l).at(head.at("head").get<std::size_t>());
                 CHECK(std::abs(a1_sum - 1.0) <= 1e-12);
                 CHECK(std::abs(row_sum - f.at("row_sum").get<double>()) <= 1e-12);
-                CHECK(std::abs(answer_mass / row_sum - f.at("answer").get<double>()) <= 1e-12);
+                CHECK(std::abs(answer_mass - f.at("answer_mass").get<double>()) <= 1e-12);
+                CHECK(std::abs(answer_abs / abs_sum - f.at("answer_share").get<double>()) <= 1e-12);
+                CHECK(std::abs(answer_mass / row_sum - f.at("answer_normalised").get<double>()) <= 1e-12);
             }
         }
     }
@@ -267,7 +274,11 @@ TEST_CASE("diffattn-analyze: --json and --maps replace only their own earlier ou
     const Run again = with({"--maps", maps.string(), "--json", out.string()});
     INFO(again.err);
     CHECK(again.status == 0);
-    CHECK(read_json(out).at("format") == "diffattn-analysis-1");
+    CHECK(read_json(out).at("format") == "diffattn-analysis-2");
+    // So is an output of the format before the figures became ratios of sums.
+    std::ofstream(out) << "{\"format\": \"diffattn-analysis-1\", \"summary\": null}";
+    CHECK(with({"--json", out.string()}).status == 0);
+    CHECK(read_json(out).at("format") == "diffattn-analysis-2");
 }
 
 TEST_CASE("diffattn-analyze: a malformed episodes file is named where it is wrong", "[examples][cli][analysis]") {
