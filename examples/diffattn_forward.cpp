@@ -413,7 +413,7 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
         }
         // generation_config.json, else config.json: read now, so that a bad one stops the run
         // before anything is printed or written.
-        if (options.model_dir) stop_tokens = read_eos_token_ids(*options.model_dir);
+        if (options.model_dir) stop_tokens = read_eos_token_ids(*options.model_dir, config.vocab_size);
     }
 
     std::cout << "model: " << (options.model_dir ? *options.model_dir : std::string("embedded demo model (seed 1234)"))

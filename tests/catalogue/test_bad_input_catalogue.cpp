@@ -401,6 +401,21 @@ TEST_CASE("unknown or unsupported checkpoint", "[catalogue][config][checkpoints]
                 "num_attention_heads (2) and num_key_value_heads (1) must both be even");
 }
 
+TEST_CASE("llama3 rope scaling factor too small", "[catalogue][config][checkpoints]") {
+    // The frequencies divided by a tiny factor would overflow the angles: the factor is named,
+    // not rope_theta, which is fine.
+    model_test::TempDir dir;
+    const fs::path llama3 = fs::path(DIFFATTN_TEST_DATA_DIR) / "checkpoints" / "diffllama_llama3";
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(llama3 / "config.json"));
+    j["rope_scaling"]["factor"] = 1e-300;
+    write_text(dir.path() / "config.json", j.dump());
+    fs::copy_file(llama3 / "model.safetensors", dir.path() / "model.safetensors");
+    const std::string message = message_of<ConfigError>([&] { DecoderModel<float>::load(dir.path()); });
+    check_words(message, {"config.json", "llama3 rope scaling factor 1e-300 is too small",
+                          "the rotary frequencies divided by it reach", "would overflow"});
+    CHECK(message.find("rope_theta") == std::string::npos);
+}
+
 TEST_CASE("sharded checkpoint that does not hold together", "[catalogue][files][checkpoints]") {
     const fs::path refused = fs::path(DIFFATTN_TEST_DATA_DIR) / "checkpoints" / "refused";
     CHECK_ERROR(FileError, DecoderModel<float>::load(refused / "index_tensor_listed_for_other_shard"),
@@ -418,8 +433,53 @@ TEST_CASE("sharded checkpoint that does not hold together", "[catalogue][files][
 TEST_CASE("bad end-of-sequence id", "[catalogue][config][checkpoints]") {
     model_test::TempDir dir;
     write_text(dir.path() / "generation_config.json", R"({"eos_token_id": [2, -1]})");
-    CHECK_ERROR(ConfigError, read_eos_token_ids(dir.path()), "generation_config.json \"",
+    CHECK_ERROR(ConfigError, read_eos_token_ids(dir.path(), 32), "generation_config.json \"",
                 "key \"eos_token_id\" must be a token id (an integer >= 0) or a list of them, got [2,-1]");
+}
+
+TEST_CASE("end-of-sequence id outside the vocabulary", "[catalogue][config][checkpoints]") {
+    // An id the model can never produce would never stop a generation: config.json's and
+    // generation_config.json's alike.
+    model_test::TempDir dir;
+    write_text(dir.path() / "config.json", R"({"eos_token_id": 32})");
+    CHECK_ERROR(ConfigError, read_eos_token_ids(dir.path(), 32), "config.json \"", dir.path().string().c_str(),
+                "key \"eos_token_id\" names id 32, outside the model's vocabulary [0, 32)");
+    write_text(dir.path() / "generation_config.json", R"({"eos_token_id": [2, 31, 4096]})");
+    CHECK_ERROR(ConfigError, read_eos_token_ids(dir.path(), 32), "generation_config.json \"",
+                "key \"eos_token_id\" names id 4096, outside the model's vocabulary [0, 32)");
+    write_text(dir.path() / "generation_config.json", R"({"eos_token_id": [2, 31]})");
+    CHECK(read_eos_token_ids(dir.path(), 32) == std::vector<Token>{2, 31});
+}
+
+TEST_CASE("end-of-sequence list of 200000 ids", "[catalogue][config][checkpoints]") {
+    // Not an error: 200,000 ids (about 570 KB, within config files' 1 MiB limit) are read in one
+    // linear pass (each id's check once built a dump of the whole list: minutes).
+    model_test::TempDir dir;
+    std::string list = "[";
+    for (int i = 0; i < 200000; ++i) list += std::to_string(i % 97) + (i + 1 < 200000 ? "," : "]");
+    write_text(dir.path() / "generation_config.json", "{\"eos_token_id\": " + list + "}");
+    CHECK(read_eos_token_ids(dir.path(), 97).size() == 97);
+    // A bad id in such a list is named without the whole list: the message stays short.
+    write_text(dir.path() / "generation_config.json", "{\"eos_token_id\": " + list.substr(0, list.size() - 1) + ",-1]}");
+    const std::string message = message_of<ConfigError>([&] { read_eos_token_ids(dir.path(), 97); });
+    check_words(message, {"generation_config.json", "\"eos_token_id\" must be a token id", "got [0,1,2,"});
+    CHECK(message.size() < 400);
+}
+
+TEST_CASE("generation_config.json that leads nowhere", "[catalogue][files][checkpoints]") {
+    // A dangling link (a Hub cache with a missing blob) or a link loop: an error naming it, not a
+    // silent fall back to config.json's eos, which would not stop where the checkpoint says.
+    model_test::TempDir dir;
+    write_text(dir.path() / "config.json", R"({"eos_token_id": 7})");
+    fs::create_symlink("../blobs/gone", dir.path() / "generation_config.json");
+    CHECK_ERROR(FileError, read_eos_token_ids(dir.path(), 32), "generation_config.json \"",
+                "it is a symbolic link to \"../blobs/gone\", which does not exist");
+    fs::remove(dir.path() / "generation_config.json");
+    fs::create_symlink("generation_config.json", dir.path() / "generation_config.json");
+    CHECK_ERROR(FileError, read_eos_token_ids(dir.path(), 32), "generation_config.json \"",
+                "cannot access it: Too many levels of symbolic links");
+    fs::remove(dir.path() / "generation_config.json");
+    CHECK(read_eos_token_ids(dir.path(), 32) == std::vector<Token>{7});  // absent: config.json's
 }
 
 TEST_CASE("zero heads", "[catalogue][config]") {
