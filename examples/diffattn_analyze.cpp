@@ -218,14 +218,24 @@ std::vector<Sequence> read_episodes(const Options& o, Index vocab_size) {
     const nlohmann::json doc = detail::parse_json_text<FileError>(
         detail::read_text_file(*o.episodes_path, source, kMaxEpisodesFileBytes, "an episodes file"), source, 16,
         "an episodes file");
-    if (!doc.is_object() || doc.value("format", "") != "diffattn-retrieval-episodes-1" || !doc.contains("sets") ||
-        !doc["sets"].is_array()) {
-        throw UsageError{source + ": not an episodes file (format diffattn-retrieval-episodes-1 with \"sets\")"};
+    constexpr const char* kFormat = "diffattn-retrieval-episodes-1";
+    if (!doc.is_object()) {
+        throw UsageError{source + ": not an episodes file: a JSON object of format " + kFormat +
+                         " with \"sets\" is expected, got " + detail::brief_json(doc)};
+    }
+    const nlohmann::json& format = json_member(doc, "format", source);
+    if (!format.is_string() || format.get<std::string>() != kFormat) {
+        throw UsageError{source + ": not an episodes file: key \"format\" must be \"" + kFormat + "\", got " +
+                         detail::brief_json(format)};
+    }
+    const nlohmann::json& sets = json_member(doc, "sets", source);
+    if (!sets.is_array()) {
+        throw UsageError{source + ": not an episodes file: key \"sets\" must be a list of sets, got " +
+                         detail::brief_json(sets)};
     }
     std::vector<Sequence> out;
     bool set_found = false;
     std::set<std::string> set_names;
-    const nlohmann::json& sets = doc["sets"];
     for (std::size_t set_index = 0; set_index < sets.size(); ++set_index) {
         const nlohmann::json& set = sets[set_index];
         const std::string set_where = source + ": set " + std::to_string(set_index);

@@ -17,8 +17,10 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 using Catch::Matchers::Contains;
@@ -280,6 +282,19 @@ TEST_CASE("diffattn-analyze: a malformed episodes file is named where it is wron
         check_refused(run, fragments);
         CHECK(run.err.find("json.exception") == std::string::npos);  // not nlohmann's own words
     };
+    // The top level: its "format" and "sets" named, with what they hold.
+    for (const auto& [doc, fragment] : std::vector<std::pair<json, const char*>>{
+             {{{"format", 5}, {"sets", json::array()}}, "not an episodes file: key \"format\" must be \"diffattn-retrieval-episodes-1\", got 5"},
+             {{{"format", "other-1"}, {"sets", json::array()}}, "key \"format\" must be \"diffattn-retrieval-episodes-1\", got \"other-1\""},
+             {{{"sets", json::array()}}, "has no \"format\""},
+             {{{"format", "diffattn-retrieval-episodes-1"}}, "has no \"sets\""},
+             {{{"format", "diffattn-retrieval-episodes-1"}, {"sets", 5}}, "key \"sets\" must be a list of sets, got 5"},
+             {json::array({1}), "not an episodes file: a JSON object of format diffattn-retrieval-episodes-1"}}) {
+        std::ofstream(episodes) << doc.dump();
+        const Run run = run_analyze({"--model", model, "--episodes", episodes.string()});
+        check_refused(run, {"episodes file \"", fragment});
+        CHECK(run.err.find("json.exception") == std::string::npos);
+    }
     refused(json::array({5}), {"set 0 must be a JSON object, got 5"});
     refused(json::array({{{"name", 5}, {"episodes", json::array()}}}), {"set 0: \"name\" must be a string"});
     refused(json::array({{{"name", "a"}}}), {"set 0 has no \"episodes\""});
