@@ -347,15 +347,8 @@ private:
 };
 #endif
 
-/// An earlier output of --logits: a safetensors file whose one tensor is "logits".
-bool is_logits_file(const std::filesystem::path& path) {
-    try {
-        const SafetensorsFile file(path);
-        return file.tensors().size() == 1 && file.tensors().count("logits") == 1;
-    } catch (const diffattn::Error&) {
-        return false;
-    }
-}
+/// The mark of --logits' files (output_files.hpp): an existing file is replaced only if it has it.
+constexpr const char* kLogitsMark = "diffattn-forward --logits";
 
 template <typename T>
 int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const std::vector<Token>& prompt_ids,
@@ -365,7 +358,7 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
     if (options.logits_path) {
         std::vector<std::filesystem::path> inputs;
         if (options.model_dir) inputs.emplace_back(*options.model_dir);
-        check_output_file("--logits", *options.logits_path, inputs, is_logits_file);
+        check_output_file("--logits", *options.logits_path, inputs, cli::is_earlier_safetensors_output, kLogitsMark);
     }
 
     // 1. The model.
@@ -469,7 +462,8 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
 
     // 6. Optionally all logits to a safetensors file (the state holds exactly n rows).
     if (options.logits_path) {
-        write_safetensors(*options.logits_path, {{"logits", TensorView(state.logits)}});
+        write_safetensors(*options.logits_path, {{"logits", TensorView(state.logits)}},
+                          {{cli::kWrittenByKey, kLogitsMark}});
         std::cout << "wrote logits [" << n << ", " << config.vocab_size << "] to " << *options.logits_path << "\n";
     }
 

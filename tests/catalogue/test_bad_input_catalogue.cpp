@@ -5,6 +5,8 @@
 #include "../error_messages.hpp"
 #include "../io/safetensors_test_support.hpp"
 #include "../model/model_files.hpp"
+#include "../../examples/cli_support.hpp"
+#include "../../examples/output_files.hpp"
 
 #include "diffattn/analysis/attention_analysis.hpp"
 #include "diffattn/distributed/sequence_slices.hpp"  // no MPI in this header
@@ -24,8 +26,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -303,6 +307,106 @@ TEST_CASE("failed write", "[catalogue][files][write]") {
     CHECK(io_test::entries_of(dir.path()) == std::set<std::string>{"logits.safetensors"});
     CHECK_ERROR(FileError, write_safetensors(dir.path() / "absent" / "x.safetensors", {{"logits", small}}),
                 "x.safetensors", "No such file or directory");
+}
+
+TEST_CASE("a program's output past the file-size limit", "[catalogue][files][write]") {
+    // ulimit -f: the example programs' main (cli::run_main) ignores SIGXFSZ, whose default action
+    // kills the process with no message and leaves the temporary file behind; the write then fails
+    // with EFBIG, a FileError, exit status 2, nothing left.
+    model_test::TempDir dir;
+    const fs::path target = dir.path() / "out.safetensors";
+    const Vector<float> big = Vector<float>::Ones(4096);
+    std::ostringstream err;
+    int status = -1;
+    {
+        io_test::FileSizeLimit limit(4096, /*ignore_signal=*/false);
+        std::streambuf* const cerr_buffer = std::cerr.rdbuf(err.rdbuf());
+        status = cli::run_main("diffattn-forward", [&] {
+            write_safetensors(target, {{"logits", big}});
+            return 0;
+        });
+        std::cerr.rdbuf(cerr_buffer);
+    }
+    CHECK(status == 2);
+    check_words(err.str(), {"diffattn-forward: write_safetensors: \"", "out.safetensors\" was not written",
+                            "File too large", "(no file was created)"});
+    CHECK(io_test::entries_of(dir.path()).empty());
+}
+
+namespace {
+
+/// The message of the cli::UsageError (an example program's refusal: exit status 2) thrown by `action`.
+template <typename Action>
+std::string usage_error_of(Action&& action) {
+    try {
+        action();
+    } catch (const cli::UsageError& e) {
+        return e.message;
+    }
+    FAIL("no UsageError was thrown");
+    return {};
+}
+
+}  // namespace
+
+TEST_CASE("existing output file without the program's mark", "[catalogue][files][write]") {
+    // A file of the right kind and shape is not enough: only one carrying the mark that the
+    // program's own writer leaves ("written_by" in __metadata__ or in a JSON object) is replaced.
+    model_test::TempDir dir;
+    const fs::path logits = dir.path() / "logits.safetensors", maps = dir.path() / "tokens_row0.json";
+    const Vector<float> v = Vector<float>::Ones(4);
+    write_safetensors(logits, {{"logits", v}});
+    const std::string mark = "diffattn-forward --logits";
+    check_words(usage_error_of([&] {
+                    cli::check_output_file("--logits", logits, {}, cli::is_earlier_safetensors_output, mark);
+                }),
+                {"--logits: \"", "logits.safetensors\" exists and is not an earlier output of --logits",
+                 "it lacks the mark \"written_by\": \"diffattn-forward --logits\""});
+    write_safetensors(logits, {{"logits", v}}, {{"written_by", "someone else"}});
+    CHECK_FALSE(cli::is_earlier_safetensors_output(logits, mark));
+    write_safetensors(logits, {{"logits", v}}, {{"written_by", mark}});
+    cli::check_output_file("--logits", logits, {}, cli::is_earlier_safetensors_output, mark);  // replaced
+    write_text(maps, R"({"sequence": "tokens", "attention": "diff", "position": 0, "layers": []})");
+    check_words(usage_error_of([&] {
+                    cli::check_output_file("--maps", maps, {}, cli::is_earlier_json_output, "diffattn-analyze --maps");
+                }),
+                {"--maps", "tokens_row0.json", "exists and is not an earlier output of --maps"});
+    write_text(maps, R"({"layers": [], "written_by": "diffattn-analyze --maps"})");
+    CHECK(cli::is_earlier_json_output(maps, "diffattn-analyze --maps"));
+    CHECK_FALSE(cli::is_earlier_json_output(maps, "diffattn-analyze --json"));
+    write_text(maps, R"({"layers": {"written_by": "diffattn-analyze --maps"}})");  // the top level's only
+    CHECK_FALSE(cli::is_earlier_json_output(maps, "diffattn-analyze --maps"));
+}
+
+TEST_CASE("output path inside the model's folder", "[catalogue][files][write]") {
+    // Any path that resolves in or under the model's folder (a subfolder, "..", a link to it) is
+    // refused, existing or not: the model's folder is only read.
+    model_test::TempDir dir;
+    const fs::path model = dir.path() / "model";
+    fs::create_directories(model / "sub");
+    fs::create_directories(dir.path() / "other");
+    fs::create_directory_symlink(model, dir.path() / "link");
+    const std::vector<fs::path> inputs{model};
+    for (const fs::path& target : {model / "x.safetensors", model / "sub" / "x.safetensors",
+                                   dir.path() / "other" / ".." / "model" / "sub" / "x.safetensors",
+                                   dir.path() / "link" / "sub" / "x.safetensors", model / "sub" / "." / "x.safetensors"}) {
+        INFO(target);
+        check_words(usage_error_of([&] {
+                        cli::check_output_file("--logits", target, inputs, cli::is_earlier_safetensors_output, "m");
+                    }),
+                    {"--logits", "x.safetensors", "is in the model's folder", "which is only read"});
+    }
+    // A folder to be made there (diffattn-analyze --maps) is refused before it is made.
+    check_words(usage_error_of([&] {
+                    cli::check_output_file("--maps", model / "maps" / "a.json", inputs, cli::is_earlier_json_output,
+                                           "m", model / "maps");
+                }),
+                {"--maps", "is in the model's folder"});
+    CHECK(cli::is_in_or_under(model / "new" / "deeper", model));
+    CHECK_FALSE(cli::is_in_or_under(dir.path() / "model2", model));  // a sibling with a longer name
+    CHECK_FALSE(cli::is_in_or_under(dir.path() / "other" / "x", model));
+    cli::check_output_file("--logits", dir.path() / "other" / "x.safetensors", inputs,
+                           cli::is_earlier_safetensors_output, "m");
 }
 
 TEST_CASE("huge or garbage config.json", "[catalogue][files][config]") {
