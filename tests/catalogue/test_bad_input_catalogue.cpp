@@ -996,6 +996,41 @@ TEST_CASE("tokenizer.json outside the supported subset", "[catalogue][tokenizer]
                 "it is a symbolic link to \"gone.json\", which does not exist");
 }
 
+TEST_CASE("tokenizer regex whose meaning differs between Oniguruma and PCRE2", "[catalogue][tokenizer]") {
+    // Hugging Face compiles tokenizer.json patterns with Oniguruma: what PCRE2 reads otherwise is
+    // translated (\v is the vertical tab alone, (?m) lets "." match a newline) or refused at load.
+    nlohmann::json j = nlohmann::json::parse(
+        std::ifstream(fs::path(DIFFATTN_TEST_DATA_DIR) / "text" / "tiny_llama3" / "tokenizer.json"));
+    const auto with_pattern = [&](const char* pattern) {
+        j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", pattern}};
+        return text::Tokenizer::from_json_text(j.dump(), "tokenizer.json \"t.json\"");
+    };
+    const text::Tokenizer one_piece = with_pattern("(?:.|\n)+");  // the whole text as one piece
+    CHECK(with_pattern("\\v|[^\\v]+").encode(".\n", false) == one_piece.encode(".\n", false));
+    CHECK(with_pattern("(?m).+").encode("a\nb", false) == one_piece.encode("a\nb", false));
+    for (const char* pattern : {"(?s).+", "[[:alpha:]]+", "a{1,2}+", "(?i:ss)"}) {
+        j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", pattern}};
+        CHECK_ERROR(ConfigError, text::Tokenizer::from_json_text(j.dump(), "tokenizer.json \"t.json\""),
+                    "tokenizer.json \"t.json\": pre_tokenizer.pretokenizers[0].pattern", "the regex uses ",
+                    "which diffattn does not translate from Oniguruma to PCRE2; pattern: ");
+    }
+}
+
+TEST_CASE("tokenizer regex that can match the empty string", "[catalogue][tokenizer]") {
+    // Refused when tokenizer.json is read, not when a prompt happens to hold an "a".
+    nlohmann::json j = nlohmann::json::parse(
+        std::ifstream(fs::path(DIFFATTN_TEST_DATA_DIR) / "text" / "tiny_llama3" / "tokenizer.json"));
+    for (const char* pattern : {"(?=a)|b", "b|(?<!a)", "b?(?=c)"}) {
+        j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", pattern}};
+        CHECK_ERROR(ConfigError, text::Tokenizer::from_json_text(j.dump(), "tokenizer.json \"t.json\""),
+                    "tokenizer.json \"t.json\": pre_tokenizer.pretokenizers[0].pattern",
+                    "the regex can match the empty string, which diffattn does not support; pattern: ");
+    }
+    j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "a\\K|."}};
+    CHECK_ERROR(ConfigError, text::Tokenizer::from_json_text(j.dump(), "tokenizer.json \"t.json\""),
+                "pre_tokenizer.pretokenizers[0].pattern: the regex uses \\K");
+}
+
 TEST_CASE("text that is not UTF-8, or a token id that names no token", "[catalogue][tokenizer]") {
     const text::Tokenizer tokenizer = text::Tokenizer::load(fs::path(DIFFATTN_TEST_DATA_DIR) / "text" / "tiny_llama3");
     CHECK_ERROR(Error, tokenizer.encode("abc\xFF"), "Tokenizer::encode: the text is not valid UTF-8: byte 0xff at offset 3");
