@@ -1140,6 +1140,35 @@ TEST_CASE("KV cache layer out of range", "[catalogue][kv_cache]") {
     CHECK(cache.keys(1).rows() == 2);  // the last layer is one
 }
 
+TEST_CASE("key or value beyond the range of an f16 KV cache", "[catalogue][kv_cache]") {
+    // k_proj and v_proj of layer 1 scaled by 1e6: its keys and values reach past 65504, f16's
+    // largest, and would be stored as infinities (greedy decoding then gave token 0 at every step).
+    // f32 and bf16 (float's range) hold them; f16 is refused naming the layer and the position, and
+    // the cache is emptied.
+    DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 1);
+    for (Parameter<float>& p : model.parameters()) {
+        if (p.name == "model.layers.1.self_attn.k_proj.weight" || p.name == "model.layers.1.self_attn.v_proj.weight") {
+            p.slices.front().map() *= 1e6f;
+        }
+    }
+    ForwardState<float> state = model.make_state(4);
+    for (const KvPrecision precision : {KvPrecision::f32, KvPrecision::bf16}) {
+        KvCache<float> cache = model.make_cache(8, precision);
+        model.forward({1, 2}, state, &cache);
+        CHECK(state.logits.topRows(2).allFinite());
+    }
+    KvCache<float> half = model.make_cache(8, KvPrecision::f16);
+    CHECK_ERROR(OptionError, model.forward({1, 2}, state, &half), "MultiHeadAttention::forward: layer 1's key at position 0",
+                "has an entry beyond the range of f16 (the KV cache's precision), which would store it as infinity",
+                "use a KV cache of f32 or bf16");
+    CHECK(half.length() == 0);
+    // A decode step names its own position; the unscaled model fills the same cache without a word.
+    const DecoderModel<float> plain = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 1);
+    plain.forward({1, 2, 3}, state, &half);
+    CHECK(half.length() == 3);
+    CHECK_ERROR(OptionError, model.forward({4}, state, &half), "layer 1's key at position 3");
+}
+
 TEST_CASE("half-precision cache read as float", "[catalogue][kv_cache]") {
     const DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 1);
     ForwardState<float> state = model.make_state(4);
