@@ -63,6 +63,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <new>
@@ -316,6 +317,11 @@ struct Ranks {
     int rank = 0;
     int size = 1;
     bool distributed = false;  ///< started by mpirun: the forward runs across the ranks (even one)
+    /// distributed: the vote every rank casts once, before the first collective of the forward or,
+    /// failing before it, on its way out: whether it is ready. Returns the first rank that is not,
+    /// or -1. So a rank that fails alone (a flag, a file only it cannot read) never leaves the
+    /// others waiting in a collective it will not join.
+    std::function<int(bool ready)> agree;
 };
 
 #if defined(DIFFATTN_FORWARD_MPI)
@@ -340,10 +346,36 @@ public:
     }
     MpiSession(const MpiSession&) = delete;
     MpiSession& operator=(const MpiSession&) = delete;
-    const Ranks& ranks() const { return ranks_; }
+    /// The ranks, with Ranks::agree this session's vote.
+    Ranks ranks() {
+        Ranks ranks = ranks_;
+        if (ranks.distributed) ranks.agree = [this](bool ready) { return vote(ready); };
+        return ranks;
+    }
+    /// The exit status of a rank whose body returned `status`: a rank that has not voted yet (it
+    /// failed, or it was done, before the forward) votes now; one that succeeded while another
+    /// failed exits 2 too, naming that rank.
+    int finish(int status) {
+        if (!ranks_.distributed || voted_) return status;
+        const int failed = vote(status == 0);
+        if (status == 0 && failed >= 0) {
+            std::cerr << "diffattn-forward: rank " << failed << " of " << ranks_.size << " failed (see its message)\n";
+            return 2;
+        }
+        return status;
+    }
 
 private:
+    int vote(bool ready) {
+        voted_ = true;
+        int failed = ready ? ranks_.size : ranks_.rank;
+        int first = ranks_.size;
+        MPI_Allreduce(&failed, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        return first < ranks_.size ? first : -1;
+    }
+
     Ranks ranks_;
+    bool voted_ = false;
 };
 #endif
 
@@ -355,7 +387,8 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
         const Ranks& ranks) {
     // 0. Where the logits go, before anything is read or computed: never over an input or a file
     //    this program did not write (output_files.hpp).
-    if (options.logits_path) {
+    // Across ranks rank 0 alone writes them: the others never touch the path.
+    if (options.logits_path && ranks.rank == 0) {
         std::vector<std::filesystem::path> inputs;
         if (options.model_dir) inputs.emplace_back(*options.model_dir);
         check_output_file("--logits", *options.logits_path, inputs, cli::is_earlier_safetensors_output, kLogitsMark);
@@ -407,6 +440,12 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
         // generation_config.json, else config.json: read now, so that a bad one stops the run
         // before anything is printed or written.
         if (options.model_dir) stop_tokens = read_eos_token_ids(*options.model_dir, config.vocab_size);
+    }
+
+    // Across ranks: every rank has read and checked all it needs; the forward's collectives follow.
+    if (ranks.distributed) {
+        const int failed = ranks.agree(true);
+        require<Error>(failed < 0, "rank ", failed, " of ", ranks.size, " failed before the forward (see its message)");
     }
 
     std::cout << "model: " << (options.model_dir ? *options.model_dir : std::string("embedded demo model (seed 1234)"))
@@ -461,7 +500,7 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
     }
 
     // 6. Optionally all logits to a safetensors file (the state holds exactly n rows).
-    if (options.logits_path) {
+    if (options.logits_path && ranks.rank == 0) {
         write_safetensors(*options.logits_path, {{"logits", TensorView(state.logits)}},
                           {{cli::kWrittenByKey, kLogitsMark}});
         std::cout << "wrote logits [" << n << ", " << config.vocab_size << "] to " << *options.logits_path << "\n";
@@ -523,12 +562,12 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
 
 int main(int argc, char** argv) {
 #if defined(DIFFATTN_FORWARD_MPI)
-    const MpiSession mpi(argc, argv);
+    MpiSession mpi(argc, argv);
     const Ranks ranks = mpi.ranks();
 #else
     const Ranks ranks;
 #endif
-    return cli::run_main("diffattn-forward", [&] {
+    const int status = cli::run_main("diffattn-forward", [&] {
         const Options options = parse_arguments(argc, argv);
         // The prompt is tokenized before the weights are read: --tokenize needs only tokenizer.json.
         std::optional<Tokenizer> tokenizer;
@@ -546,4 +585,9 @@ int main(int argc, char** argv) {
         return options.use_double ? run<double>(options, tokenizer, prompt_ids, ranks)
                                   : run<float>(options, tokenizer, prompt_ids, ranks);
     });
+#if defined(DIFFATTN_FORWARD_MPI)
+    return mpi.finish(status);
+#else
+    return status;
+#endif
 }
