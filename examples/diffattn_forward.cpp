@@ -318,9 +318,9 @@ struct Ranks {
     int size = 1;
     bool distributed = false;  ///< started by mpirun: the forward runs across the ranks (even one)
     /// distributed: the vote every rank casts once, before the first collective of the forward or,
-    /// failing before it, on its way out: whether it is ready. Returns the first rank that is not,
-    /// or -1. So a rank that fails alone (a flag, a file only it cannot read) never leaves the
-    /// others waiting in a collective it will not join.
+    /// leaving before it (failed, or done), on its way out: whether it is ready. Returns the first
+    /// rank that is not, or -1. So a rank that fails alone (a flag, a file only it cannot read)
+    /// never leaves the others waiting in a collective it will not join.
     std::function<int(bool ready)> agree;
 };
 
@@ -352,16 +352,11 @@ public:
         if (ranks.distributed) ranks.agree = [this](bool ready) { return vote(ready); };
         return ranks;
     }
-    /// The exit status of a rank whose body returned `status`: a rank that has not voted yet (it
-    /// failed, or it was done, before the forward) votes now; one that succeeded while another
-    /// failed exits 2 too, naming that rank.
+    /// The exit status of a rank whose body returned `status`. A rank that has not voted yet leaves
+    /// before the forward, done (--tokenize) or failed: it votes "not ready", so that no rank waits
+    /// for it in the forward's collectives.
     int finish(int status) {
-        if (!ranks_.distributed || voted_) return status;
-        const int failed = vote(status == 0);
-        if (status == 0 && failed >= 0) {
-            std::cerr << "diffattn-forward: rank " << failed << " of " << ranks_.size << " failed (see its message)\n";
-            return 2;
-        }
+        if (ranks_.distributed && !voted_) vote(false);
         return status;
     }
 
@@ -445,7 +440,7 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
     // Across ranks: every rank has read and checked all it needs; the forward's collectives follow.
     if (ranks.distributed) {
         const int failed = ranks.agree(true);
-        require<Error>(failed < 0, "rank ", failed, " of ", ranks.size, " failed before the forward (see its message)");
+        require<Error>(failed < 0, "rank ", failed, " of ", ranks.size, " stopped before the forward (see its message)");
     }
 
     std::cout << "model: " << (options.model_dir ? *options.model_dir : std::string("embedded demo model (seed 1234)"))

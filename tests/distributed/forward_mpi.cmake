@@ -3,8 +3,8 @@
 # alone with the logits of one process (compare_logits.py: the same shape, equal up to rounding);
 # a rank whose own --logits folder is missing does not matter (only rank 0 touches the path). A
 # rank that fails alone (its own --model, flag or tokens; mpirun's MPMD form gives each rank its
-# own arguments) must not leave the others waiting: the run ends within the timeout, exit status
-# 2, with that rank's message.
+# own arguments) or leaves before the forward (--tokenize) must not leave the others waiting: the
+# run ends within the timeout, exit status 2, with that rank's message.
 #   cmake -DFORWARD=<exe> -DMPIEXEC=<mpiexec> -DPYTHON=<python3> -DCOMPARE=<compare_logits.py>
 #         -DMODEL=<dir> -DWORK=<dir> -P forward_mpi.cmake
 cmake_minimum_required(VERSION 3.21)
@@ -64,11 +64,12 @@ if(NOT status EQUAL 0 OR NOT EXISTS "${WORK}/mpmd.safetensors" OR EXISTS "${WORK
   message(FATAL_ERROR "forward_mpi: rank 1's own --logits path mattered: exit ${status}\n${error}")
 endif()
 
-# A rank that fails alone: every variant ends (the timeout would say it hung) with status 2 and
-# its message, and the others name it.
+# A rank that fails alone, or stops before the forward (--tokenize): every variant ends (the
+# timeout would say it hung) with status 2 and its message, and the others name it.
 set(variants "--model|${WORK}/no-such-model|model directory"
              "--bogus|x|unknown argument \"--bogus\""
-             "--tokens|1 2 99999|--tokens: token 2")
+             "--tokens|1 2 99999|--tokens: token 2"
+             "--tokenize|Hello|stopped before the forward")
 foreach(variant IN LISTS variants)
   string(REPLACE "|" ";" variant "${variant}")
   list(GET variant 0 flag)
@@ -77,6 +78,8 @@ foreach(variant IN LISTS variants)
   set(bad_args ${args})
   if(flag STREQUAL "--bogus")
     list(APPEND bad_args --bogus)
+  elseif(flag STREQUAL "--tokenize")  # done before the forward, successfully: the others must not wait either
+    set(bad_args --model "${MODEL}" --prompt "${value}" --tokenize)
   else()
     list(FIND bad_args "${flag}" at)
     math(EXPR at "${at} + 1")
@@ -92,10 +95,10 @@ foreach(variant IN LISTS variants)
       message(FATAL_ERROR "forward_mpi: rank ${healthy} of ${ranks} given ${flag}: exit '${status}', not 2\n${error}")
     endif()
     string(FIND "${error}" "${expected}" found)
-    string(FIND "${error}" "rank ${healthy} of ${ranks} failed" named)
+    string(FIND "${error}" "rank ${healthy} of ${ranks} stopped before the forward" named)
     if(found EQUAL -1 OR named EQUAL -1)
       message(FATAL_ERROR "forward_mpi: rank ${healthy} of ${ranks} given ${flag}: no '${expected}' and 'rank "
-                          "${healthy} of ${ranks} failed' in\n${error}")
+                          "${healthy} of ${ranks} stopped before the forward' in\n${error}")
     endif()
   endforeach()
 endforeach()
