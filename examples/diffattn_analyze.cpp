@@ -224,14 +224,24 @@ std::vector<Sequence> read_episodes(const Options& o, Index vocab_size) {
     const nlohmann::json doc = detail::parse_json_text<FileError>(
         detail::read_text_file(*o.episodes_path, source, kMaxEpisodesFileBytes, "an episodes file"), source, 16,
         "an episodes file");
-    if (!doc.is_object() || doc.value("format", "") != "diffattn-retrieval-episodes-1" || !doc.contains("sets") ||
-        !doc["sets"].is_array()) {
-        throw UsageError{source + ": not an episodes file (format diffattn-retrieval-episodes-1 with \"sets\")"};
+    constexpr const char* kFormat = "diffattn-retrieval-episodes-1";
+    if (!doc.is_object()) {
+        throw UsageError{source + ": not an episodes file: a JSON object of format " + kFormat +
+                         " with \"sets\" is expected, got " + detail::brief_json(doc)};
+    }
+    const nlohmann::json& format = json_member(doc, "format", source);
+    if (!format.is_string() || format.get<std::string>() != kFormat) {
+        throw UsageError{source + ": not an episodes file: key \"format\" must be \"" + kFormat + "\", got " +
+                         detail::brief_json(format)};
+    }
+    const nlohmann::json& sets = json_member(doc, "sets", source);
+    if (!sets.is_array()) {
+        throw UsageError{source + ": not an episodes file: key \"sets\" must be a list of sets, got " +
+                         detail::brief_json(sets)};
     }
     std::vector<Sequence> out;
     bool set_found = false;
     std::set<std::string> set_names;
-    const nlohmann::json& sets = doc["sets"];
     for (std::size_t set_index = 0; set_index < sets.size(); ++set_index) {
         const nlohmann::json& set = sets[set_index];
         const std::string set_where = source + ": set " + std::to_string(set_index);
@@ -329,83 +339,17 @@ nlohmann::json definitions_json() {
 
 std::vector<double> as_vector(const Vector<double>& v) { return {v.data(), v.data() + v.size()}; }
 
-/// Writes `j` to `path` (checked by check_output_file first), complete or not at all; `flag`
-/// starts any message.
-void write_json(const char* flag, const fs::path& path, const nlohmann::json& j) {
+/// The mark of a flag's files (output_files.hpp): "diffattn-analyze --json" / "--maps".
+std::string output_mark(const char* flag) { return std::string("diffattn-analyze ") + flag; }
+
+/// Writes `j` to `path` (checked by check_output_file first) with the mark of `flag` (which starts
+/// any message), complete or not at all.
+void write_json(const char* flag, const fs::path& path, nlohmann::json j) {
+    j[cli::kWrittenByKey] = output_mark(flag);
     const std::string text = j.dump(1) + "\n";
     detail::ReplacingFile file(path, flag);
     file.write(text.data(), text.size());
     file.commit();
-}
-
-/// The top level of a JSON document, read in one streaming pass that keeps nothing below it: whether
-/// it is an object, the names of its members and its "format" string. Recognising an earlier output
-/// (which can be hundreds of MB) so costs neither a tree in memory nor a deep recursion.
-class TopLevelMembers final : public nlohmann::json::json_sax_t {
-public:
-    bool is_object = false;
-    std::set<std::string> names;  // the first kMaxNames: an output of ours has a handful
-    std::string format;
-
-    bool null() override { return true; }
-    bool boolean(bool) override { return true; }
-    bool number_integer(number_integer_t) override { return true; }
-    bool number_unsigned(number_unsigned_t) override { return true; }
-    bool number_float(number_float_t, const string_t&) override { return true; }
-    bool binary(binary_t&) override { return true; }
-    bool string(string_t& value) override {
-        if (depth_ == 1 && key_ == "format") format = value;
-        return true;
-    }
-    bool key(string_t& name) override {
-        if (depth_ != 1) return true;
-        key_ = name;
-        if (names.size() < kMaxNames) names.insert(name);
-        return true;
-    }
-    bool start_object(std::size_t) override { return open(true); }
-    bool start_array(std::size_t) override { return open(false); }
-    bool end_object() override { return close(); }
-    bool end_array() override { return close(); }
-    bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception&) override { return false; }
-
-private:
-    static constexpr std::size_t kMaxNames = 64;
-    bool open(bool object) {
-        if (depth_ == 0) is_object = object;
-        ++depth_;
-        return depth_ == 1 ? object : true;  // a document that is not an object: stop reading
-    }
-    bool close() {
-        --depth_;
-        key_.clear();
-        return true;
-    }
-    std::size_t depth_ = 0;
-    std::string key_;
-};
-
-/// The top level of the regular file `path` when it is one JSON object (syntax checked to the end),
-/// else nullopt.
-std::optional<TopLevelMembers> top_level_of(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    TopLevelMembers members;
-    if (!in || !nlohmann::json::sax_parse(in, &members) || !members.is_object) return std::nullopt;
-    return members;
-}
-
-/// An earlier output of --json: an object of format diffattn-analysis-2 (or the -1 of before the
-/// figures were ratios of sums).
-bool is_analysis_json(const fs::path& path) {
-    const std::optional<TopLevelMembers> top = top_level_of(path);
-    return top && (top->format == "diffattn-analysis-2" || top->format == "diffattn-analysis-1");
-}
-
-/// An earlier output of --maps: an object with the members a map file has.
-bool is_map_json(const fs::path& path) {
-    const std::optional<TopLevelMembers> top = top_level_of(path);
-    return top && top->names.count("sequence") && top->names.count("attention") && top->names.count("position") &&
-           top->names.count("layers");
 }
 
 /// The file --maps writes for row `position` of `s`: "<name>_row<position>.json", each "/" of the
@@ -421,9 +365,13 @@ std::string map_file_name(const Sequence& s, Index position) {
 void prepare_outputs(const Options& o, const std::vector<Sequence>& sequences, long double map_entries) {
     std::vector<fs::path> inputs{o.model_dir};
     if (o.episodes_path) inputs.emplace_back(*o.episodes_path);
-    if (o.json_path) cli::check_output_file("--json", *o.json_path, inputs, is_analysis_json);
+    if (o.json_path) cli::check_output_file("--json", *o.json_path, inputs, cli::is_earlier_json_output, output_mark("--json"));
     if (!o.maps_dir) return;
     const fs::path maps(*o.maps_dir);
+    if (cli::is_in_or_under(maps, o.model_dir)) {  // before it is made: not even a folder of its own there
+        throw UsageError{"--maps: \"" + maps.string() + "\" is in the model's folder \"" + o.model_dir +
+                         "\", which is only read; write elsewhere"};
+    }
     std::error_code error;
     const fs::file_status status = fs::status(maps, error);
     if (status.type() != fs::file_type::not_found && status.type() != fs::file_type::directory) {
@@ -445,7 +393,7 @@ void prepare_outputs(const Options& o, const std::vector<Sequence>& sequences, l
                 throw UsageError{"--maps: two rows would write \"" + file + "\" (sequence \"" + s.name +
                                  "\"): give the sets names that differ after \"/\" becomes \"_\""};
             }
-            cli::check_output_file("--maps", maps / file, inputs, is_map_json, maps);
+            cli::check_output_file("--maps", maps / file, inputs, cli::is_earlier_json_output, output_mark("--maps"), maps);
             if (o.json_path && fs::path(*o.json_path).lexically_normal() == (maps / file).lexically_normal()) {
                 throw UsageError{"--json: \"" + *o.json_path + "\" is also a file of --maps"};
             }

@@ -6,6 +6,7 @@
 //
 // Not named test_*.cpp: examples/CMakeLists.txt builds it (it needs the program's path), when
 // both the examples and the tests are built.
+#include "../io/safetensors_test_support.hpp"
 #include "../model/model_files.hpp"
 
 #include "run_program.hpp"
@@ -17,8 +18,10 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 using Catch::Matchers::Contains;
@@ -275,10 +278,33 @@ TEST_CASE("diffattn-analyze: --json and --maps replace only their own earlier ou
     INFO(again.err);
     CHECK(again.status == 0);
     CHECK(read_json(out).at("format") == "diffattn-analysis-2");
-    // So is an output of the format before the figures became ratios of sums.
-    std::ofstream(out) << "{\"format\": \"diffattn-analysis-1\", \"summary\": null}";
-    CHECK(with({"--json", out.string()}).status == 0);
-    CHECK(read_json(out).at("format") == "diffattn-analysis-2");
+    CHECK(read_json(out).at("written_by") == "diffattn-analyze --json");
+    CHECK(read_json(maps / "tokens_row0.json").at("written_by") == "diffattn-analyze --maps");
+    // A JSON object with a map file's members but without the mark of --maps is someone else's.
+    const std::string theirs = R"({"sequence": "tokens", "attention": "diff", "position": 0, "layers": []})";
+    std::ofstream(maps / "tokens_row0.json") << theirs;
+    check_refused(with({"--maps", maps.string()}), {"--maps", "tokens_row0.json", "is not an earlier output of --maps"});
+    CHECK(cli_test::read_all(maps / "tokens_row0.json") == theirs);
+}
+
+TEST_CASE("diffattn-analyze: --maps and --json under the model's folder are refused, nothing made", "[examples][cli][analysis]") {
+    model_test::TempDir dir;
+    const fs::path model = dir.path() / "model";
+    fs::create_directories(model / "sub");
+    for (const char* name : {"config.json", "model.safetensors"}) fs::copy_file(fs::path(model_dir("diff")) / name, model / name);
+    fs::create_directory_symlink(model, dir.path() / "link");
+    const std::vector<std::string> tokens = {"--model", model.string(), "--tokens", "1 2 3 4"};
+    for (const fs::path& maps : {model / "maps", model / "sub" / "maps", dir.path() / "link" / "maps",
+                                 dir.path() / "x" / ".." / "model" / "maps"}) {
+        std::vector<std::string> args = tokens;
+        args.insert(args.end(), {"--maps", maps.string()});
+        check_refused(run_analyze(args), {"--maps", "is in the model's folder"});
+    }
+    std::vector<std::string> args = tokens;
+    args.insert(args.end(), {"--json", (model / "sub" / "out.json").string()});
+    check_refused(run_analyze(args), {"--json", "is in the model's folder"});
+    CHECK(io_test::entries_of(model) == std::set<std::string>{"config.json", "model.safetensors", "sub"});
+    CHECK(io_test::entries_of(model / "sub").empty());
 }
 
 TEST_CASE("diffattn-analyze: a malformed episodes file is named where it is wrong", "[examples][cli][analysis]") {
@@ -291,6 +317,19 @@ TEST_CASE("diffattn-analyze: a malformed episodes file is named where it is wron
         check_refused(run, fragments);
         CHECK(run.err.find("json.exception") == std::string::npos);  // not nlohmann's own words
     };
+    // The top level: its "format" and "sets" named, with what they hold.
+    for (const auto& [doc, fragment] : std::vector<std::pair<json, const char*>>{
+             {{{"format", 5}, {"sets", json::array()}}, "not an episodes file: key \"format\" must be \"diffattn-retrieval-episodes-1\", got 5"},
+             {{{"format", "other-1"}, {"sets", json::array()}}, "key \"format\" must be \"diffattn-retrieval-episodes-1\", got \"other-1\""},
+             {{{"sets", json::array()}}, "has no \"format\""},
+             {{{"format", "diffattn-retrieval-episodes-1"}}, "has no \"sets\""},
+             {{{"format", "diffattn-retrieval-episodes-1"}, {"sets", 5}}, "key \"sets\" must be a list of sets, got 5"},
+             {json::array({1}), "not an episodes file: a JSON object of format diffattn-retrieval-episodes-1"}}) {
+        std::ofstream(episodes) << doc.dump();
+        const Run run = run_analyze({"--model", model, "--episodes", episodes.string()});
+        check_refused(run, {"episodes file \"", fragment});
+        CHECK(run.err.find("json.exception") == std::string::npos);
+    }
     refused(json::array({5}), {"set 0 must be a JSON object, got 5"});
     refused(json::array({{{"name", 5}, {"episodes", json::array()}}}), {"set 0: \"name\" must be a string"});
     refused(json::array({{{"name", "a"}}}), {"set 0 has no \"episodes\""});
