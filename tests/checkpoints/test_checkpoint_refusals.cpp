@@ -316,17 +316,17 @@ TEST_CASE("released checkpoints: config.json rules and defaults", "[checkpoints]
 TEST_CASE("released checkpoints: end-of-sequence ids", "[checkpoints][config][generate]") {
     model_test::TempDir tmp;
     const fs::path dir = tmp.path();
-    CHECK(read_eos_token_ids(dir).empty());  // neither file: no stop
+    CHECK(read_eos_token_ids(dir, 16).empty());  // neither file: no stop
     write_text(dir / "config.json", R"({"eos_token_id": 7})");
-    CHECK(read_eos_token_ids(dir) == std::vector<Token>{7});
+    CHECK(read_eos_token_ids(dir, 16) == std::vector<Token>{7});
     write_text(dir / "generation_config.json", R"({"bos_token_id": 1})");  // no eos key: config.json's
-    CHECK(read_eos_token_ids(dir) == std::vector<Token>{7});
+    CHECK(read_eos_token_ids(dir, 16) == std::vector<Token>{7});
     write_text(dir / "generation_config.json", R"({"eos_token_id": [9, 3, 9]})");
-    CHECK(read_eos_token_ids(dir) == std::vector<Token>{3, 9});
+    CHECK(read_eos_token_ids(dir, 16) == std::vector<Token>{3, 9});
     write_text(dir / "generation_config.json", R"({"eos_token_id": null})");  // present: no fallback
-    CHECK(read_eos_token_ids(dir).empty());
+    CHECK(read_eos_token_ids(dir, 16).empty());
     write_text(dir / "generation_config.json", R"({"eos_token_id": "2"})");
-    CHECK_THROWS_WITH(read_eos_token_ids(dir),
+    CHECK_THROWS_WITH(read_eos_token_ids(dir, 16),
                       Catch::Contains("generation_config.json") && Catch::Contains("\"eos_token_id\"") &&
                           Catch::Contains("\"2\""));
 }

@@ -4,10 +4,14 @@
 #   CHECK=citations  every "docs/math.md §n" cited under include/, tests/, examples/, bench/,
 #                    fuzz/ and tools/ names a section that docs/math.md has, and nothing cites
 #                    the old out-of-repo "SPEC n";
-#   CHECK=retrieval  every table line of the README between "<!-- retrieval tables -->" and
-#                    "<!-- /retrieval tables -->" is a line of docs/retrieval/tables.md, the
-#                    committed output of scripts/retrieval-report.sh (the README's figures are
-#                    that run's, not typed in).
+#   CHECK=retrieval  every table line of the README and of docs/retrieval.md between
+#                    "<!-- retrieval tables -->" and "<!-- /retrieval tables -->" is a line of
+#                    docs/retrieval/tables.md, the committed output of scripts/retrieval-report.sh
+#                    (their figures are that run's, not typed in); the README holds at least one
+#                    table (3 lines: it may keep only the headline), docs/retrieval.md at least 10;
+#   CHECK=benchmarks every section of docs/benchmarks.md cited by name anywhere in the tree (the
+#                    file's name, then one or more names in double quotes, over line breaks and
+#                    comment markers) is a heading of that file or the bold name of a table row.
 # SOURCE_DIR is the project's source directory.
 cmake_minimum_required(VERSION 3.20)
 
@@ -95,29 +99,80 @@ elseif(CHECK STREQUAL "citations")
   message(STATUS "citations: ${_n_citations} to docs/math.md, sections ${_sections}")
 
 elseif(CHECK STREQUAL "retrieval")
-  read_lines("${SOURCE_DIR}/README.md" _readme)
   read_lines("${SOURCE_DIR}/docs/retrieval/tables.md" _tables)
-  set(_inside OFF)
-  set(_n_lines 0)
-  foreach(_line IN LISTS _readme)
-    if(_line STREQUAL "<!-- retrieval tables -->")
-      set(_inside ON)
-    elseif(_line STREQUAL "<!-- /retrieval tables -->")
-      set(_inside OFF)
-    elseif(_inside AND _line MATCHES "^\\|")
-      math(EXPR _n_lines "${_n_lines} + 1")
-      if(NOT _line IN_LIST _tables)
-        list(APPEND _failures "README.md table line not in docs/retrieval/tables.md: ${_line}")
+  foreach(_doc IN ITEMS README.md docs/retrieval.md)
+    read_lines("${SOURCE_DIR}/${_doc}" _doc_lines)
+    set(_inside OFF)
+    set(_n_lines 0)
+    foreach(_line IN LISTS _doc_lines)
+      if(_line STREQUAL "<!-- retrieval tables -->")
+        set(_inside ON)
+      elseif(_line STREQUAL "<!-- /retrieval tables -->")
+        set(_inside OFF)
+      elseif(_inside AND _line MATCHES "^\\|")
+        math(EXPR _n_lines "${_n_lines} + 1")
+        if(NOT _line IN_LIST _tables)
+          list(APPEND _failures "${_doc} table line not in docs/retrieval/tables.md: ${_line}")
+        endif()
       endif()
+    endforeach()
+    set(_least 10)
+    if(_doc STREQUAL "README.md")
+      set(_least 3)
+    endif()
+    if(_n_lines LESS _least)
+      list(APPEND _failures "found ${_n_lines} table lines in the retrieval tables blocks of ${_doc}")
+    endif()
+    message(STATUS "retrieval: ${_n_lines} table lines of ${_doc}, all from docs/retrieval/tables.md")
+  endforeach()
+
+elseif(CHECK STREQUAL "benchmarks")
+  # The names a citation may use: every heading's text and every table row's bold first cell.
+  read_lines("${SOURCE_DIR}/docs/benchmarks.md" _lines)
+  set(_names "")
+  foreach(_line IN LISTS _lines)
+    if(_line MATCHES "^#+ +(.*[^ ])")
+      list(APPEND _names "${CMAKE_MATCH_1}")
+    elseif(_line MATCHES "^\\| \\*\\*([^*]+)\\*\\*")
+      list(APPEND _names "${CMAKE_MATCH_1}")
     endif()
   endforeach()
-  if(_n_lines LESS 10)
-    list(APPEND _failures "found ${_n_lines} table lines in the README's retrieval tables block")
+  set(_files "")
+  foreach(_dir include tests examples bench fuzz tools scripts docs cmake)
+    file(GLOB_RECURSE _found "${SOURCE_DIR}/${_dir}/*.hpp" "${SOURCE_DIR}/${_dir}/*.cpp"
+         "${SOURCE_DIR}/${_dir}/*.py" "${SOURCE_DIR}/${_dir}/*.md" "${SOURCE_DIR}/${_dir}/*.sh"
+         "${SOURCE_DIR}/${_dir}/*.txt" "${SOURCE_DIR}/${_dir}/*.in" "${SOURCE_DIR}/${_dir}/*.cmake")
+    list(APPEND _files ${_found})
+  endforeach()
+  list(APPEND _files "${SOURCE_DIR}/README.md" "${SOURCE_DIR}/CMakeLists.txt")
+  set(_n_citations 0)
+  foreach(_file IN LISTS _files)
+    file(READ "${_file}" _text)
+    file(RELATIVE_PATH _rel "${SOURCE_DIR}" "${_file}")
+    string(REPLACE ";" "<semicolon>" _text "${_text}")
+    string(REPLACE "[" "<lbracket>" _text "${_text}")
+    string(REPLACE "]" "<rbracket>" _text "${_text}")
+    # A name wrapped over lines: the line break, the next line's comment marker and indent are a space.
+    string(REGEX REPLACE "\n[ \t]*(///|//|#+|\\*)?[ \t]*" " " _text "${_text}")
+    string(REGEX MATCHALL "benchmarks\\.md`?(, *| *\\(| )\\(?\"[^\"]+\"((, *| and )\"[^\"]+\")*" _cites "${_text}")
+    foreach(_cite IN LISTS _cites)
+      string(REGEX MATCHALL "\"[^\"]+\"" _quoted "${_cite}")
+      foreach(_q IN LISTS _quoted)
+        string(REGEX REPLACE "^\"(.*)\"$" "\\1" _name "${_q}")
+        math(EXPR _n_citations "${_n_citations} + 1")
+        if(NOT _name IN_LIST _names)
+          list(APPEND _failures "${_rel} cites docs/benchmarks.md, \"${_name}\", which is no heading or row name there")
+        endif()
+      endforeach()
+    endforeach()
+  endforeach()
+  if(_n_citations LESS 10)
+    list(APPEND _failures "found only ${_n_citations} citations of docs/benchmarks.md sections")
   endif()
-  message(STATUS "retrieval: ${_n_lines} README table lines, all from docs/retrieval/tables.md")
+  message(STATUS "benchmarks: ${_n_citations} citations of docs/benchmarks.md sections")
 
 else()
-  message(FATAL_ERROR "check_docs.cmake: CHECK must be catalogue, citations or retrieval, got \"${CHECK}\"")
+  message(FATAL_ERROR "check_docs.cmake: CHECK must be catalogue, citations, retrieval or benchmarks, got \"${CHECK}\"")
 endif()
 
 if(_failures)

@@ -3,8 +3,8 @@
 //
 // Eigen's matrix-vector product over row-major keys sums each key's products with a horizontal
 // sum: at head dim 32 that is two multiply-adds and about eight shuffles and adds per key, so the
-// logits of a decode step cost more time than reading the keys (docs/benchmarks.md, "KV cache
-// layout"). The key dots below instead keep one vector of partial sums per key for 16 keys, then
+// logits of a decode step cost more time than reading the keys (docs/benchmarks.md, "16-key
+// logits"). The key dots below instead keep one vector of partial sums per key for 16 keys, then
 // reduce the 16 vectors together in a transpose-and-add tree: 15 vector adds and 30 shuffles for
 // 16 keys, about three operations per key. Each step reads its keys one after the other, in the
 // order they lie in memory, and a head's keys stored contiguously (a KV cache's head-major block)

@@ -23,7 +23,7 @@ namespace diffattn::detail {
 
 #if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
 /// How far ahead of the rows a kernel streams it asks for them: 1 KB ahead helped less than 4 KB
-/// (docs/benchmarks.md, "Measurements behind the code's choices").
+/// (docs/benchmarks.md, "4 KB ahead").
 inline constexpr Index kPrefetchAheadBytes = 4096;
 
 /// Asks for the cache lines of [p, p + bytes) `distance` bytes ahead (kPrefetchAheadBytes unless a

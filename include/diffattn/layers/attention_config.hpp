@@ -204,14 +204,21 @@ struct AttentionConfig {
         // make the angles pos * theta^(-2i/d) Inf or NaN, i.e. NaN logits (caught by the finite-logits check of fuzz_config_json).
         // Keep every angle finite for positions below 2^31.
         const double d = static_cast<double>(head_dim());
-        const Llama3RopeScaling& llama3 = conventions.rope_scaling;
-        // llama3 scaling keeps each frequency between f / factor and f.
-        const double top_frequency = std::max(1.0, std::pow(rope_theta, -(d - 2) / d)) *
-                                     (llama3.enabled() ? std::max(1.0, 1.0 / llama3.factor) : 1.0);
         const double max_frequency = std::numeric_limits<double>::max() / 2147483648.0;
-        require<ConfigError>(std::isfinite(top_frequency) && top_frequency <= max_frequency, where,
+        const double theta_frequency = std::max(1.0, std::pow(rope_theta, -(d - 2) / d));
+        require<ConfigError>(std::isfinite(theta_frequency) && theta_frequency <= max_frequency, where,
                              "rope_theta ", rope_theta, " is too small: the rotary frequency theta^(-2i/d) reaches ",
-                             top_frequency, ", so the angles pos * theta^(-2i/d) would overflow");
+                             theta_frequency, ", so the angles pos * theta^(-2i/d) would overflow");
+        // llama3 scaling keeps each frequency between f / factor and f: a tiny factor is the
+        // culprit then, not theta.
+        const Llama3RopeScaling& llama3 = conventions.rope_scaling;
+        if (llama3.enabled()) {
+            const double scaled_frequency = theta_frequency * std::max(1.0, 1.0 / llama3.factor);
+            require<ConfigError>(std::isfinite(scaled_frequency) && scaled_frequency <= max_frequency, where,
+                                 "llama3 rope scaling factor ", llama3.factor,
+                                 " is too small: the rotary frequencies divided by it reach ", scaled_frequency,
+                                 ", so the angles would overflow");
+        }
         require<ConfigError>(depth >= 0, where, "layer index must be >= 0, got ", depth);
         validate_conventions(where);
         if (kind == AttentionKind::dint && dint_integral == DintIntegral::global_mean) {

@@ -127,7 +127,7 @@ void row_pointers(const M& m, Index first, const T* (&row)[N]) {
 /// Eigen's matrix-vector product), then the odd rows. Each packet of a group asks for the packet at
 /// the same place in the next group's rows: a whole group ahead, where asking 512 bytes on in the
 /// same row left the first 512 bytes of every group unasked (a weight row is 1-3 KB in the bench
-/// model; docs/benchmarks.md, "Prefetching into L2"). One x row against W rows of at most
+/// model; docs/benchmarks.md, "The next group's weight rows"). One x row against W rows of at most
 /// kShortRowBytes takes each W row on its own instead (one_row_dots_row_by_row).
 template <int N, typename T, typename X, typename W, typename Out>
 void few_rows_dot_rows(const X& x, const W& w, Out& out, Index j_begin, Index j_end) {

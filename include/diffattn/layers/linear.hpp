@@ -31,8 +31,9 @@ inline Index linear_block(Index extent, Index target, Index multiple) {
 }
 /// linear() cuts y into blocks of about 512 tokens x 512 output features, each one Eigen GEMM. Each
 /// block packs its part of x and of W again, which costs little next to the products of a block
-/// this large but slows narrower blocks down (docs/benchmarks.md), and the mid-size model's
-/// products still give 8-64 blocks to share out. 16 features: a whole AVX-512 packet of floats.
+/// this large but slows narrower blocks down (docs/benchmarks.md, "Fixed blocks for products"), and
+/// the mid-size model's products still give 8-64 blocks to share out. 16 features: a whole AVX-512
+/// packet of floats.
 inline constexpr Index kLinearBlockTarget = 512;
 inline constexpr Index kLinearFeatureMultiple = 16;
 /// Features per block of a few-rows product on `team` threads: about kLinearBlockTarget, rounded up

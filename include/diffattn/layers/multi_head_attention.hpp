@@ -197,8 +197,11 @@ private:
             kv.rotary->apply(k.middleRows(first, rows), position);
             // The plain forward's keys are already where its heads read them.
             if (!std::is_same_v<S, T> || static_cast<const void*>(kv.keys.data) != k.data()) {
-                kv.keys.write_rows(kv.length, k.middleRows(first, rows));
-                kv.values.write_rows(kv.length, v.middleRows(first, rows));
+                const Index key_row = kv.keys.write_rows(kv.length, k.middleRows(first, rows));
+                const Index value_row = kv.values.write_rows(kv.length, v.middleRows(first, rows));
+                if (key_row >= 0 || value_row >= 0) {  // an entry beyond f16's range (docs/kv_cache.md)
+                    detail::refuse_cache_overflow<S>(config_, kv.length, key_row, value_row);
+                }
             }
             capacity = std::max(capacity, kv.capacity());
         }

@@ -71,8 +71,8 @@ public:
     /// before the model is allocated (a config.json describing far more parameters than the files
     /// hold is refused first, naming both), so a refused directory allocates nothing; the
     /// tensors are then converted one by one from the mapping, each one's pages handed back, so
-    /// loading takes the model's size in T plus about one tensor (docs/benchmarks.md). The checks and
-    /// the copy: model/checkpoint_weights.hpp.
+    /// loading takes the model's size in T plus about one tensor (docs/benchmarks.md, "Loading a
+    /// checkpoint"). The checks and the copy: model/checkpoint_weights.hpp.
     static DecoderModel load(const std::filesystem::path& dir, std::vector<std::string>* warnings = nullptr) {
         return load(dir, LoadOptions{}, warnings);
     }
