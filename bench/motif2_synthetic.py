@@ -162,7 +162,7 @@ def run(binary, directory, prompt, generate, threads, extra):
     tokens = " ".join(str((1009 * i + 17) % 30000) for i in range(prompt))
     command = [binary, "--model", directory, "--tokens", tokens, "--generate", str(generate),
                "--threads", str(threads)] + extra
-    print("running: %s" % " ".join(command[:4] + ["'<%d ids>'" % prompt] + command[6:]), flush=True)
+    print("running: %s" % " ".join(command[:4] + ["'<%d ids>'" % prompt] + command[5:]), flush=True)
     start = time.time()
     done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     wall = time.time() - start
@@ -173,7 +173,7 @@ def run(binary, directory, prompt, generate, threads, extra):
     out = done.stdout
 
     def number(pattern):
-        m = re.search(pattern, out)
+        m = re.search(pattern, out, re.M)
         return float(m.group(1)) if m else float("nan")
 
     load_ms = number(r"^load: ([0-9.]+) ms")
