@@ -317,41 +317,52 @@ def interleaved_rope(x, positions, freqs):
     return y
 
 
+def conv_projections(conv, x, p, rc, layer_idx, positions):
+    """What both loops start from, under the conventions `conv`: q [T, H, hd], k and v
+    [T, Hkv, hd] (rotary on q and k), lambda_init and lambda, the causal mask, the score scale."""
+    T = x.shape[0]
+    H, Hkv, hd = rc["num_attention_heads"], rc["num_key_value_heads"], rc["head_dim"]
+    q = TR.linear(x, p["self_attn.q_proj.weight"]).view(T, H, hd)
+    k = TR.linear(x, p["self_attn.k_proj.weight"]).view(T, Hkv, hd)
+    v = TR.linear(x, p["self_attn.v_proj.weight"]).view(T, Hkv, hd)
+    freqs = CR.inv_freq(conv["rope"])
+    if conv["rotary"] == "rotate_half":
+        cos, sin = CR.rope_cos_sin(positions, freqs)
+        q = CR.apply_rope(q.transpose(0, 1), cos, sin).transpose(0, 1)
+        k = CR.apply_rope(k.transpose(0, 1), cos, sin).transpose(0, 1)
+    else:
+        q, k = interleaved_rope(q, positions, freqs), interleaved_rope(k, positions, freqs)
+    init = CR.lambda_init(layer_idx + conv["depth_offset"])
+    lam = CR.lambda_full(CR._attn(p), init) if conv["lambda_vectors"] \
+        else torch.tensor(init, dtype=DT)
+    allowed = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    scale = 1.0 / math.sqrt(conv["scale_width"] * hd)
+    return q, k, v, init, lam, allowed, scale
+
+
+def conv_head_norm(conv, o, p, init):
+    """A head's output after the per-pair norm under `conv`: RMSNorm over 2hd (eps, weight or
+    not), then (1 - lambda_init) or not."""
+    o = CR.rms_norm_noweight(o, conv["subln_eps"])
+    if conv["subln_weight"]:
+        o = o * p["self_attn.subln.weight"]
+    return o * (1 - init) if conv["one_minus_init"] else o
+
+
 def loop_attention(conv):
     """Differential attention written pair by pair from docs/checkpoints.md, with every
     convention a parameter."""
     def attn(x, p, rc, layer_idx, positions):
-        T = x.shape[0]
-        H, Hkv, hd = rc["num_attention_heads"], rc["num_key_value_heads"], rc["head_dim"]
+        H, Hkv = rc["num_attention_heads"], rc["num_key_value_heads"]
         P, rep = H // 2, H // Hkv
-        q = TR.linear(x, p["self_attn.q_proj.weight"]).view(T, H, hd)
-        k = TR.linear(x, p["self_attn.k_proj.weight"]).view(T, Hkv, hd)
-        v = TR.linear(x, p["self_attn.v_proj.weight"]).view(T, Hkv, hd)
-        freqs = CR.inv_freq(conv["rope"])
-        if conv["rotary"] == "rotate_half":
-            cos, sin = CR.rope_cos_sin(positions, freqs)
-            q = CR.apply_rope(q.transpose(0, 1), cos, sin).transpose(0, 1)
-            k = CR.apply_rope(k.transpose(0, 1), cos, sin).transpose(0, 1)
-        else:
-            q, k = interleaved_rope(q, positions, freqs), interleaved_rope(k, positions, freqs)
-        init = CR.lambda_init(layer_idx + conv["depth_offset"])
-        lam = CR.lambda_full(CR._attn(p), init) if conv["lambda_vectors"] \
-            else torch.tensor(init, dtype=DT)
-        allowed = torch.tril(torch.ones(T, T, dtype=torch.bool))
-        scale = 1.0 / math.sqrt(conv["scale_width"] * hd)
+        q, k, v, init, lam, allowed, scale = conv_projections(conv, x, p, rc, layer_idx, positions)
         outs = []
         for j in range(P):
             (qa, qb), (ka, kb), (va, vb) = pair_heads(conv, j, P, rep, Hkv)
             a1 = TR.masked_softmax(scale * q[:, qa] @ k[:, ka].T, allowed)
             a2 = TR.masked_softmax(scale * q[:, qb] @ k[:, kb].T, allowed)
             val = torch.cat([v[:, va], v[:, vb]], dim=-1)
-            o = (a1 - lam * a2) @ val
-            o = CR.rms_norm_noweight(o, conv["subln_eps"])
-            if conv["subln_weight"]:
-                o = o * p["self_attn.subln.weight"]
-            if conv["one_minus_init"]:
-                o = o * (1 - init)
-            outs.append(o)
+            outs.append(conv_head_norm(conv, (a1 - lam * a2) @ val, p, init))
         return TR.linear(torch.cat(outs, dim=-1), p["self_attn.o_proj.weight"])
     return attn
 
@@ -473,25 +484,10 @@ def gda_loop_attention(conv):
     kv pair c(g); signal head a = g gr + i outputs A1_a V_c - lambda A2 V_c (the noise head's
     output of the group `broadcast` names), then subln, (1 - lambda_init), o_proj."""
     def attn(x, p, rc, layer_idx, positions):
-        T = x.shape[0]
         H, Hn, Hkv, hd = rc["num_attention_heads"], rc["num_noise_heads"], \
             rc["num_key_value_heads"], rc["head_dim"]
         gr, pairs = H // Hn - 1, Hkv // 2
-        q = TR.linear(x, p["self_attn.q_proj.weight"]).view(T, H, hd)
-        k = TR.linear(x, p["self_attn.k_proj.weight"]).view(T, Hkv, hd)
-        v = TR.linear(x, p["self_attn.v_proj.weight"]).view(T, Hkv, hd)
-        freqs = CR.inv_freq(conv["rope"])
-        if conv["rotary"] == "rotate_half":
-            cos, sin = CR.rope_cos_sin(positions, freqs)
-            q = CR.apply_rope(q.transpose(0, 1), cos, sin).transpose(0, 1)
-            k = CR.apply_rope(k.transpose(0, 1), cos, sin).transpose(0, 1)
-        else:
-            q, k = interleaved_rope(q, positions, freqs), interleaved_rope(k, positions, freqs)
-        init = CR.lambda_init(layer_idx + conv["depth_offset"])
-        lam = CR.lambda_full(CR._attn(p), init) if conv["lambda_vectors"] \
-            else torch.tensor(init, dtype=DT)
-        allowed = torch.tril(torch.ones(T, T, dtype=torch.bool))
-        scale = 1.0 / math.sqrt(conv["scale_width"] * hd)
+        q, k, v, init, lam, allowed, scale = conv_projections(conv, x, p, rc, layer_idx, positions)
 
         def q_head(g, i):  # i < gr: signal head i of group g; i == gr: its noise head
             if conv["q_layout"] == "origin_first":
@@ -522,13 +518,7 @@ def gda_loop_attention(conv):
             c = kv_pair(g)
             a1 = TR.masked_softmax(scale * q[:, q_head(g, i)] @ k[:, kv_heads(c)[0]].T, allowed)
             noise = noise_out[g if conv["broadcast"] == "interleave" else a % Hn]
-            o = a1 @ value(c) - lam * noise
-            o = CR.rms_norm_noweight(o, conv["subln_eps"])
-            if conv["subln_weight"]:
-                o = o * p["self_attn.subln.weight"]
-            if conv["one_minus_init"]:
-                o = o * (1 - init)
-            outs.append(o)
+            outs.append(conv_head_norm(conv, a1 @ value(c) - lam * noise, p, init))
         if conv["out_layout"] == "half_major":
             outs = [o[:, :hd] for o in outs] + [o[:, hd:] for o in outs]
         return TR.linear(torch.cat(outs, dim=-1), p["self_attn.o_proj.weight"])

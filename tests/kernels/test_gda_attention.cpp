@@ -3,12 +3,12 @@
 // prefill path (a map per signal head beside the group's noise map), decode calls of one row (the
 // signal heads stacked as the rows of one map, keys split over 1 to 3 threads) and of a few rows,
 // keys and values stored in half precision and in a KV cache's blocks of 16.
+#include "blocked_keys.hpp"
 #include "test_support.hpp"
 
 #include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/kernels/gda_attention.hpp"
 #include "diffattn/kernels/reference_gda.hpp"
-#include "diffattn/layers/head_blocks.hpp"
 
 #include <Eigen/Core>
 
@@ -64,20 +64,6 @@ Index random_group_ratio(std::mt19937& rng, Index i) {
     return i % 7 == 6 ? kMinPackedRows + 1 : uniform_index(rng, 1, 5);
 }
 
-/// Keys stored in a KV cache's blocks of 16 (HeadBlocks::blocked_keys, one head), from `rows`.
-template <typename S>
-struct GdaBlockedKeys {
-    Vector<S> store;
-    detail::KeyRows<S> keys;
-
-    explicit GdaBlockedKeys(const RowMatrix<S>& rows)
-        : store(Vector<S>::Constant(detail::whole_key_blocks(rows.rows()) * rows.cols(), S(-77.0f))) {
-        const auto blocks = HeadBlocks<S>::blocked_keys(store.data(), 1, rows.cols(), rows.rows());
-        blocks.write_rows(0, rows);
-        keys = blocks.as_const().keys(0, rows.rows());
-    }
-};
-
 /// K1, K2 and V stored as S (the keys in blocks of 16 when `blocked`): the reference runs on the
 /// rounded values, so docs/math.md §7 applies unchanged (test_half_kv.cpp).
 template <typename T, typename S>
@@ -90,7 +76,7 @@ void check_gda_stored_case(std::mt19937& rng, const KernelCase& c, Index gr, boo
     in.k1 = k1_rows.template cast<T>();
     in.k2 = k2_rows.template cast<T>();
     in.v = v.template cast<T>();
-    const GdaBlockedKeys<S> k1_blocks(k1_rows), k2_blocks(k2_rows);
+    const BlockedKeys<S> k1_blocks(k1_rows), k2_blocks(k2_rows);
     const detail::KeyRows<S> k1 = blocked ? k1_blocks.keys : detail::KeyRows<S>(k1_rows);
     const detail::KeyRows<S> k2 = blocked ? k2_blocks.keys : detail::KeyRows<S>(k2_rows);
     const GdaInputs<W> wide = widen<W>(in);
