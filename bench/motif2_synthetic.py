@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """A Motif-2-12.7B-shape checkpoint of random weights, run by diffattn-forward: load time, peak
-resident memory, prefill and decode tokens/s (docs/benchmarks.md, "Motif-2 (GDA) checkpoints").
+resident memory, prefill and decode tokens/s (docs/benchmarks.md, "Grouped differential attention
+(Motif-2)").
 
     bench/motif2_synthetic.py [--layers L] [--vocab V] [--dir DIR] [--forward BIN]
                               [--prompt N] [--generate K] [--threads T] [--keep] [-- FLAGS...]
