@@ -1,4 +1,4 @@
-// A released-size model in each weight format (docs/math.md §9): decode at the memory roofline of
+// A released-size model in each weight format (docs/math.md §10): decode at the memory roofline of
 // the stored bytes, and prefill, f32 / bf16 / q8_0 / q4_0.
 //
 // Model: Motif-2.6B's shape (hidden 2048, 32 layers, 16 differential heads of map width 64 and no

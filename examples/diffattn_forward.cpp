@@ -406,9 +406,11 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
 
     // 1. The model.
     std::vector<std::string> warnings;
+    const auto load_start = std::chrono::steady_clock::now();
     const DecoderModel<T> model =
         options.model_dir ? DecoderModel<T>::load(*options.model_dir, LoadOptions{options.weights}, &warnings)
                           : DecoderModel<T>::seeded(demo_config(), kDemoSeed, options.weights.value_or(WeightFormat::f32));
+    const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
     for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
     const ModelConfig& config = model.config();
 
@@ -465,7 +467,9 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
               << "weights: " << to_string(model.weight_format()) << ", " << std::fixed << std::setprecision(1)
               << model.stored_bytes() / 1e6 << " MB stored\n" << std::defaultfloat
               << "precision: " << (std::is_same_v<T, double> ? "double" : "float") << "\n"
-              << "vector ISA: " << diffattn::compiled_isa() << "\n";
+              << "vector ISA: " << diffattn::compiled_isa() << "\n"
+              << std::fixed << std::setprecision(1) << "load: " << load_seconds * 1e3 << " ms\n"
+              << std::defaultfloat << std::setprecision(6);
 #if !defined(DIFFATTN_HAS_OPENMP)
     if (single_threaded_build) std::cout << "note: built without OpenMP, running on 1 thread\n";
 #endif

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Golden blocks of the weight formats (docs/math.md §9) from an independent transcription of
+"""Golden blocks of the weight formats (docs/math.md §10) from an independent transcription of
 llama.cpp's reference quantizers (ggml/src/ggml-quants.c: quantize_row_q8_0_ref,
 quantize_row_q4_0_ref; ggml_compute_fp32_to_bf16), written here in numpy float32 arithmetic,
 operation for operation, so that the C++ codecs (include/diffattn/core/weight_blocks.hpp) are held

@@ -32,7 +32,7 @@ struct AnalysisCase {
 std::vector<AnalysisCase> analysis_cases() {
     std::vector<AnalysisCase> out;
     for (AttentionKind kind : {AttentionKind::softmax, AttentionKind::diff, AttentionKind::shared_diff,
-                               AttentionKind::diff_v2}) {
+                               AttentionKind::diff_v2, AttentionKind::gda}) {
         out.push_back({std::string(to_string(kind)) + " small", test::small_config(kind)});
         out.push_back({std::string(to_string(kind)) + " tiny", test::tiny_config(kind, 64)});
     }
@@ -205,7 +205,8 @@ TEMPLATE_TEST_CASE("combined rows times the values give the module's head output
     }
 }
 
-TEMPLATE_TEST_CASE("row sums: softmax 1, diff 1 - lambda, dint 1, diff_v2 1 - gate", "[analysis]", float, double) {
+TEMPLATE_TEST_CASE("row sums: softmax 1, diff and gda 1 - lambda, dint 1, diff_v2 1 - gate", "[analysis]", float,
+                   double) {
     using T = TestType;
     for (const AnalysisCase& c : analysis_cases()) {
         INFO(c.name);
@@ -224,6 +225,7 @@ TEMPLATE_TEST_CASE("row sums: softmax 1, diff 1 - lambda, dint 1, diff_v2 1 - ga
                         case AttentionKind::dint: expected = 1; break;
                         case AttentionKind::diff:
                         case AttentionKind::shared_diff:
+                        case AttentionKind::gda:
                             expected = 1 - result.lambda[static_cast<std::size_t>(l)];
                             CHECK(f.weight == result.lambda[static_cast<std::size_t>(l)]);
                             break;

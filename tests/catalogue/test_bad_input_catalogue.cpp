@@ -12,6 +12,7 @@
 #include "diffattn/distributed/sequence_slices.hpp"  // no MPI in this header
 #include "diffattn/kernels/diff_attention.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
+#include "diffattn/kernels/gda_attention.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
 #include "diffattn/model/checkpoint_config.hpp"
 #include "diffattn/model/generate.hpp"
@@ -46,7 +47,7 @@ namespace {
 ModelConfig tiny(AttentionKind kind) { return test::tiny_config(kind, 32); }
 
 const AttentionKind kKinds[] = {AttentionKind::softmax, AttentionKind::diff, AttentionKind::dint,
-                                AttentionKind::shared_diff, AttentionKind::diff_v2};
+                                AttentionKind::shared_diff, AttentionKind::diff_v2, AttentionKind::gda};
 
 /// config.json text of `config` with `key` replaced by the raw JSON `value` (or removed if empty).
 std::string config_json_with(const ModelConfig& config, const std::string& key, const std::string& value) {
@@ -463,7 +464,7 @@ TEST_CASE("bad config values", "[catalogue][config]") {
     CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(c, "vocab_size", "")),
                 "missing required key \"vocab_size\"");
     CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(c, "attention", "\"linear\"")),
-                "key \"attention\" must be one of softmax, diff, dint, shared_diff, diff_v2, got \"linear\"");
+                "key \"attention\" must be one of softmax, diff, dint, shared_diff, diff_v2, gda, got \"linear\"");
     CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(c, "rms_norm_eps", "0")),
                 "key \"rms_norm_eps\" must be a finite number > 0, got 0");
     CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(c, "causal", "1")),
@@ -533,6 +534,43 @@ TEST_CASE("sharded checkpoint that does not hold together", "[catalogue][files][
     CHECK_ERROR(FileError, DecoderModel<float>::load(refused / "index_shard_path_escapes"),
                 "weight_map names \"../model-00002-of-00002.safetensors\"", "not a file name inside the directory");
     CHECK_ERROR(FileError, DecoderModel<float>::load(refused / "single_file_and_index"), "ambiguous checkpoint");
+}
+
+TEST_CASE("grouped heads that cannot form groups", "[catalogue][config][checkpoints]") {
+    ModelConfig c = tiny(AttentionKind::gda);
+    c.num_attention_heads = 6;
+    c.head_dim = 4;
+    c.gda_group_ratio = 4;
+    CHECK_ERROR(ConfigError, DecoderModel<float>(c),
+                "gda_group_ratio (4) must be > 0 and divide num_attention_heads (6) for attention gda");
+    c.gda_group_ratio = 3;
+    c.num_key_value_heads = 3;
+    CHECK_ERROR(ConfigError, DecoderModel<float>(c),
+                "num_key_value_heads (3) must divide the 2 noise heads (num_attention_heads 6 / gda_group_ratio 3)");
+    const fs::path refused = fs::path(DIFFATTN_TEST_DATA_DIR) / "checkpoints" / "refused";
+    CHECK_ERROR(ConfigError, DecoderModel<float>::load(refused / "motif2_noise_heads_not_dividing"), "config.json",
+                "motif checkpoint: num_noise_heads (3) must be less than and divide num_attention_heads (4)");
+    CHECK_ERROR(ConfigError, DecoderModel<float>::load(refused / "motif2_odd_kv_heads"),
+                "num_key_value_heads (1) must be even");
+    CHECK_ERROR(ConfigError, DecoderModel<float>::load(refused / "motif2_kv_pairs_not_dividing_groups"),
+                "num_noise_heads (2) must be a multiple of num_key_value_heads / 2 (3)");
+    CHECK_ERROR(ConfigError, DecoderModel<float>::load(refused / "motif2_without_head_dim"),
+                "key \"head_dim\" is required with num_noise_heads");
+}
+
+TEST_CASE("unsupported k_ratio", "[catalogue][config][checkpoints]") {
+    const fs::path refused = fs::path(DIFFATTN_TEST_DATA_DIR) / "checkpoints" / "refused";
+    CHECK_ERROR(ConfigError, DecoderModel<float>::load(refused / "motif2_k_ratio_2"), "config.json",
+                "motif checkpoint: key \"k_ratio\" is 2: only 1 is supported (Motif's vLLM MotifAttention never "
+                "reads it");
+}
+
+TEST_CASE("Motif-2 tensor missing or misshapen", "[catalogue][files][checkpoints]") {
+    const fs::path refused = fs::path(DIFFATTN_TEST_DATA_DIR) / "checkpoints" / "refused";
+    CHECK_ERROR(FileError, DecoderModel<float>::load(refused / "motif2_missing_subln"),
+                "missing tensor \"model.layers.0.self_attn.subln.weight\"");
+    CHECK_ERROR(FileError, DecoderModel<float>::load(refused / "motif2_o_proj_misshapen"),
+                "tensor \"model.layers.0.self_attn.o_proj.weight\" has shape [8, 12] but shape [8, 16] is expected");
 }
 
 TEST_CASE("bad end-of-sequence id", "[catalogue][config][checkpoints]") {
@@ -659,6 +697,13 @@ TEST_CASE("wrong shapes", "[catalogue][shapes]") {
     const RowMatrix<float> no_width(9, 0);
     RowMatrix<float> out0(9, 0);
     CHECK_ERROR(ShapeError, softmax_attention(no_width, no_width, no_width, out0), "head dim 0");
+    // gda: Q1 holds whole signal heads of Q2's width, and out one 2d block per signal head.
+    const RowMatrix<float> signal = random_matrix<float>(9, 100, 8);
+    CHECK_ERROR(ShapeError, gda_attention(signal, k1, q, k1, v, 0.5f, out), "gda_attention",
+                "Q1 is 9x100 but Q2 is 9x64 (Q1 holds gr >= 1 signal heads of Q2's width");
+    const RowMatrix<float> two_heads = random_matrix<float>(9, 128, 9);
+    CHECK_ERROR(ShapeError, gda_attention(two_heads, k1, q, k1, v, 0.5f, out), "gda_attention",
+                "out is 9x128 but must be 9x256");
 
     // Model level: the logits matrix, and a state of another configuration or too short.
     const DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 2);

@@ -79,7 +79,7 @@ std::vector<std::filesystem::path> golden_dirs() {
 }  // namespace
 
 TEST_CASE("released checkpoints: the golden directories are present", "[checkpoints][golden]") {
-    CHECK(checkpoint_golden_dirs().size() == 7);
+    CHECK(checkpoint_golden_dirs().size() == 10);
     CHECK(std::filesystem::exists(demo_model_dir() / "golden.safetensors"));
 }
 

@@ -420,3 +420,27 @@ TEST_CASE("diffattn-forward: --kv-cache stores the cache as f32, f16 or bf16", "
         CHECK(printed_ids(run.out, "generated:").size() == 5);
     }
 }
+
+TEST_CASE("diffattn-forward: Motif-2 checkpoints give the golden logits (--logits) and continuation (--generate)",
+          "[examples][cli][checkpoints]") {
+    // Grouped differential attention (docs/checkpoints.md, "Motif-2"), read as the Hub ships it.
+    for (const char* name : {"motif2_gda_r4_f32", "motif2_gda_r2_bf16_tied_sharded"}) {
+        INFO("checkpoint " << name);
+        const fs::path dir = fs::path(DIFFATTN_TEST_DATA_DIR) / "checkpoints" / name;
+        const model_test::Golden golden = model_test::read_golden(dir);
+        const SafetensorsFile golden_file(dir / "golden.safetensors");
+        const std::vector<Token> expected = model_test::golden_tokens(golden_file, "generated");
+        std::string ids;
+        for (Token t : golden.tokens) ids += std::to_string(t) + " ";
+        model_test::TempDir tmp;
+        const fs::path logits_path = tmp.path() / "logits.safetensors";
+        const Run run = run_forward({"--model", dir.string(), "--tokens", ids, "--logits", logits_path.string(),
+                                     "--generate", golden_file.metadata().at("max_new_tokens")});
+        INFO("stdout: " << run.out << "\nstderr: " << run.err);
+        REQUIRE(run.status == 0);
+        CHECK(printed_ids(run.out, "generated:") == expected);
+        const RowMatrix<double> logits = SafetensorsFile(logits_path).matrix<double>("logits");  // F32, widened
+        const double m = model_test::magnitude(golden.logits);
+        CHECK(model_test::max_abs_diff(logits, golden.logits) <= model_test::golden_tolerance<float>(m));
+    }
+}

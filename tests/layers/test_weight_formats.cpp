@@ -1,4 +1,4 @@
-// The weight formats (docs/math.md §9): the reference codecs against llama.cpp's blocks (an
+// The weight formats (docs/math.md §10): the reference codecs against llama.cpp's blocks (an
 // independent transcription, tools/make_weight_goldens.py), LinearWeight's storage, and linear()
 // with stored weights against the product of the decoded weights.
 #include "stored_weight_cases.hpp"
@@ -57,7 +57,7 @@ std::string hex(const unsigned char* bytes, Index count) {
 }
 
 /// The weights a q8_0 / q4_0 row stands for, decoded here from the golden's bytes by the format's
-/// definition (docs/math.md §9), independently of weight_blocks.hpp: q times the f16 scale.
+/// definition (docs/math.md §10), independently of weight_blocks.hpp: q times the f16 scale.
 std::vector<float> golden_weights(const std::string& hex_bytes, WeightFormat format, Index cols) {
     std::vector<unsigned char> bytes;
     for (std::size_t i = 0; i < hex_bytes.size(); i += 2) {

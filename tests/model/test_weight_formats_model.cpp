@@ -1,4 +1,4 @@
-// Models whose weights are stored as bf16, q8_0 or q4_0 (docs/math.md §9, docs/model.md "Weight
+// Models whose weights are stored as bf16, q8_0 or q4_0 (docs/math.md §10, docs/model.md "Weight
 // formats"): DecoderModel::load converts a checkpoint tensor by tensor into exactly the bytes the
 // reference codec gives, keeps a BF16 checkpoint's own bits, falls back to f32 (with a warning)
 // where a weight's rows are not whole blocks, refuses what a format cannot hold, and a model of

@@ -1,5 +1,5 @@
 // Built into test_nomalloc (EIGEN_RUNTIME_NO_MALLOC): a model whose weights are stored as bf16,
-// q8_0 or q4_0 (docs/math.md §9) allocates nothing once its ForwardState and KvCache exist: a
+// q8_0 or q4_0 (docs/math.md §10) allocates nothing once its ForwardState and KvCache exist: a
 // prefill decodes its weights into the state's panels (WeightPanels), a decode step reads the
 // stored blocks directly, a batched step likewise.
 #include "../no_malloc_guard.hpp"  // first: routes eigen_assert to a counter

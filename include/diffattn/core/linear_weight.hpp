@@ -1,5 +1,5 @@
 // The weight of one linear layer, nn.Linear's W [out x in], in a storage format
-// (core/weight_format.hpp, docs/math.md §9), and the read-only view the products take.
+// (core/weight_format.hpp, docs/math.md §10), and the read-only view the products take.
 //
 // In the f32 format the weight is a WeightMatrix<T> (core/weight_matrix.hpp), an Eigen matrix on
 // the weight pool: every Eigen expression reads it as before. In the other formats it is the rows'

@@ -1,4 +1,4 @@
-// The reference codecs of the weight formats (core/weight_format.hpp, docs/math.md §9): one row of
+// The reference codecs of the weight formats (core/weight_format.hpp, docs/math.md §10): one row of
 // weights into a format's bytes and back, plainly, one weight at a time. They are the definition
 // the fast kernels are tested against, and the quantizer the library uses: quantizing happens once,
 // at load, so it has no other implementation.

@@ -1,4 +1,4 @@
-// The storage formats of a linear layer's weights (docs/math.md §9): the model's own scalar, the
+// The storage formats of a linear layer's weights (docs/math.md §10): the model's own scalar, the
 // checkpoint's bfloat16 bits, and llama.cpp's Q8_0 and Q4_0 blocks. A format says how one row of
 // an nn.Linear weight [out x in] is laid out in bytes; the rows of a matrix follow each other.
 //
@@ -73,7 +73,7 @@ constexpr bool can_store(WeightFormat format, Index cols) noexcept {
 }
 
 /// The format a weight whose rows hold `cols` weights is stored in when a model asks for
-/// `requested` (docs/math.md §9): the requested format, but f32 where a block format's blocks do
+/// `requested` (docs/math.md §10): the requested format, but f32 where a block format's blocks do
 /// not tile the rows (llama.cpp falls back likewise), and q8_0 for the output head (lm_head, or the
 /// embedding table a tied model multiplies by) under q4_0, as llama.cpp keeps its output head
 /// wider: the head's error reaches every logit directly.

@@ -1,5 +1,5 @@
 // Linear projection without bias, in PyTorch nn.Linear layout (docs/math.md §3): y = x W^T, with W
-// in any storage format (core/linear_weight.hpp, docs/math.md §9).
+// in any storage format (core/linear_weight.hpp, docs/math.md §10).
 #pragma once
 
 #include "diffattn/core/checks.hpp"
@@ -57,7 +57,7 @@ double flops_per_weight_read(const WeightView<T>& w) {
 
 /// out.block(first_token, first_feature, rows, columns) = x rows x W rows^T for a weight stored in
 /// another format than f32: its rows decoded a panel (WeightPanels) at a time into the scalar of
-/// the GEMM, which then multiplies it as the f32 path multiplies W (docs/math.md §9). The panels
+/// the GEMM, which then multiplies it as the f32 path multiplies W (docs/math.md §10). The panels
 /// cut the features into kRows and the inner dimension into kDepth; the products over the inner
 /// dimension's panels are summed into the output block.
 template <typename T>

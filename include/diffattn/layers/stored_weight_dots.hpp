@@ -1,5 +1,5 @@
 // y = x W^T for a few rows of x (a decode step) against a weight stored as bf16, q8_0 or q4_0
-// (core/weight_format.hpp, docs/math.md §9): each weight row's bytes are read once, decoded in
+// (core/weight_format.hpp, docs/math.md §10): each weight row's bytes are read once, decoded in
 // registers one block of 32 weights at a time, and multiplied in the scalar of x (float or double)
 // into every x row of the group. Nothing but the stored bytes comes from memory, so the products
 // run at the bandwidth of the stored format.

@@ -48,7 +48,7 @@ public:
 
     /// A model of this configuration with zero projections and unit norm weights; validates it.
     /// Every 2-D weight is stored in stored_format(`weights`, its inputs), the output head (lm_head,
-    /// or the embedding table when tied) as an output head (docs/math.md §9).
+    /// or the embedding table when tied) as an output head (docs/math.md §10).
     explicit DecoderModel(const ModelConfig& config, WeightFormat weights = WeightFormat::f32)
         : config_(validated(config)), weights_(weights) {
         const Index V = config_.vocab_size, D = config_.hidden_size;
@@ -77,7 +77,7 @@ public:
         return load(dir, LoadOptions{}, warnings);
     }
 
-    /// As above, each 2-D weight stored as `options` asks (LoadOptions, docs/math.md §9): converted
+    /// As above, each 2-D weight stored as `options` asks (LoadOptions, docs/math.md §10): converted
     /// tensor by tensor from the mapped files, so that loading takes the stored model plus a few MB.
     /// OptionError for a request that would quantize a quantized directory again (before anything
     /// is allocated); FileError naming the file and the tensor for a weight the format cannot hold

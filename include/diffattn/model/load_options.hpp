@@ -1,4 +1,4 @@
-// What DecoderModel::load stores a checkpoint's weights in (docs/math.md §9, docs/model.md
+// What DecoderModel::load stores a checkpoint's weights in (docs/math.md §10, docs/model.md
 // "Weight formats"), and how a directory's own format and the request meet.
 #pragma once
 
