@@ -117,9 +117,33 @@ TEST_CASE("a BF16 checkpoint loaded as bf16 keeps its bits, and halves-paired ro
     }
 }
 
-TEST_CASE("released checkpoints in each weight format stay near their f32 logits", "[model][weights]") {
-    // A sanity bound, not the accuracy statement (docs/model.md, "Weight formats", measures that):
-    // rows of 32 weights make q4_0 the coarsest, a step of max|w| / 8.
+namespace {
+// `dense` (an f32 model of the same checkpoint) with every stored weight of `stored` decoded into it.
+void decode_weights_into(DecoderModel<float>& dense, DecoderModel<float>& stored) {
+    ParameterList<float> to = dense.parameters();
+    ParameterList<float> from = stored.parameters();
+    REQUIRE(to.size() == from.size());
+    for (std::size_t i = 0; i < to.size(); ++i) {
+        REQUIRE(to.items()[i].slices.size() == from.items()[i].slices.size());
+        for (std::size_t s = 0; s < to.items()[i].slices.size(); ++s) {
+            const ParameterSlice<float>& source = from.items()[i].slices[s];
+            if (source.stored == nullptr) continue;
+            RowMatrix<float> rows(source.rows, source.cols);
+            source.stored->decode_rows(source.first_row, source.rows, rows);
+            to.items()[i].slices[s].map() = rows;
+        }
+    }
+}
+}  // namespace
+
+TEST_CASE("released checkpoints in each weight format compute as f32 on their decoded weights",
+          "[model][weights]") {
+    // Exactness: a model of stored weights multiplies the weights its format decodes to, so its
+    // logits are those of the f32 model holding those weights, within float rounding. Closeness
+    // to the checkpoint's own f32 logits is only a sanity bound (docs/model.md, "Weight formats",
+    // measures the accuracy): these are small random models, where q4_0's step of max|w| / 8 per
+    // 32 weights compounds through the layers to differences of the logits' own order (0.6 m on
+    // the GDA golden with r 2), so q4_0 is held to m and the finer formats to 0.1 m.
     for (const std::filesystem::path& dir : model_test::checkpoint_golden_dirs()) {
         const model_test::Golden golden = model_test::read_golden(dir);
         const DecoderModel<float> f32 = DecoderModel<float>::load(dir);
@@ -127,11 +151,17 @@ TEST_CASE("released checkpoints in each weight format stay near their f32 logits
         const double m = model_test::magnitude(reference);
         for (WeightFormat format : kFormats) {
             INFO(dir.filename().string() << " as " << to_string(format));
-            const DecoderModel<float> model = DecoderModel<float>::load(dir, LoadOptions{format});
-            const double difference = model_test::max_abs_diff(model.logits(golden.tokens).cast<double>(), reference);
+            DecoderModel<float> model = DecoderModel<float>::load(dir, LoadOptions{format});
+            const RowMatrix<double> logits = model.logits(golden.tokens).cast<double>();
+            DecoderModel<float> decoded = DecoderModel<float>::load(dir);
+            decode_weights_into(decoded, model);
+            const RowMatrix<double> expected = decoded.logits(golden.tokens).cast<double>();
+            CHECK(model_test::max_abs_diff(logits, expected) <=
+                  model_test::golden_tolerance<float>(model_test::magnitude(expected)));
+            const double difference = model_test::max_abs_diff(logits, reference);
             std::printf("%-34s %-5s max |logit - f32 logit| = %.3g (m %.3g)\n", dir.filename().string().c_str(),
                         to_string(format), difference, m);
-            CHECK(difference < (format == WeightFormat::q4_0 ? 0.5 : 0.1) * m);
+            CHECK(difference < (format == WeightFormat::q4_0 ? 1.0 : 0.1) * m);
             CHECK(difference > 0);  // the format was applied
         }
     }
