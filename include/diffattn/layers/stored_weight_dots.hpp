@@ -135,13 +135,11 @@ void stored_dot_rows(const X& x, const WeightView<T>& w, Out& out, Index j_begin
                     acc[n][1] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xb + 16), acc[n][1]);
                 }
             }
+            float tail_weights[Blocks::kWeights] = {};  // a bf16 row's last partial block
+            if (tail < depth) decode_row(F, row + blocks * Blocks::kBytes, depth - tail, tail_weights);
             for (int n = 0; n < N; ++n) {
                 float total = _mm512_reduce_add_ps(_mm512_add_ps(acc[n][0], acc[n][1]));
-                if (tail < depth) {
-                    float weights[Blocks::kWeights];
-                    decode_row(F, row + blocks * Blocks::kBytes, depth - tail, weights);
-                    for (Index k = tail; k < depth; ++k) total += weights[k - tail] * x_row[n][k];
-                }
+                for (Index k = tail; k < depth; ++k) total += tail_weights[k - tail] * x_row[n][k];
                 out(n, j) = total;
             }
         }
