@@ -167,6 +167,32 @@ TEST_CASE("released checkpoints in each weight format compute as f32 on their de
     }
 }
 
+TEST_CASE("a BF16 checkpoint loaded as bf16 holds its weights and little more", "[model][weights][memory]") {
+    if (!model_test::reset_peak_rss()) {
+        WARN("skipped: the peak resident set size cannot be reset here (/proc/self/clear_refs)");
+        return;
+    }
+    // A tied model of no layers: embed_tokens [32768, 1024] in BF16, 64 MiB, its bits copied as
+    // they are. The copy hands back the file's pages piece by piece: holding the whole tensor's
+    // mapped pages as well would double the peak.
+    ModelConfig config = test::tiny_config(AttentionKind::softmax, 32768);
+    config.hidden_size = 1024;
+    config.num_hidden_layers = 0;
+    config.tie_word_embeddings = true;
+    model_test::TempDir dir;
+    write_model_config(dir.path() / "config.json", config);
+    model_test::write_sparse_file(dir.path() / "model.safetensors",
+                                  {{"model.embed_tokens.weight", "BF16", {32768, 1024}}, {"model.norm.weight", "BF16", {1024}}});
+    REQUIRE(model_test::reset_peak_rss());
+    const long long before = model_test::status_bytes("VmRSS");
+    const DecoderModel<float> model = DecoderModel<float>::load(dir.path(), LoadOptions{WeightFormat::bf16});
+    const long double grown = static_cast<long double>(model_test::status_bytes("VmHWM") - before);
+    const long double stored = static_cast<long double>(model.stored_bytes());
+    INFO("peak resident set grew by " << grown / 1048576 << " MiB; the model stores " << stored / 1048576 << " MiB");
+    CHECK(stored >= 64 * 1048576.0L);
+    CHECK(grown < stored + 16 * 1048576.0L);
+}
+
 TEST_CASE("a weight a block format cannot hold is refused at load, naming it", "[model][weights]") {
     ModelConfig config = test::small_config(AttentionKind::diff);
     config.hidden_size = 64;

@@ -128,9 +128,19 @@ std::set<std::string> read_parameters(ParameterList<T>& list, const Source& sour
         for (const ParameterSlice<T>& slice : p.slices) {
             const Index rows = slice.rows * slice.cols / row_width;  // rows of the first dimension it holds
             if (stores_file_bytes(slice, tensor)) {
+                // Copied kStagingBytes at a time, each piece's mapped pages handed back after it:
+                // the peak holds the stored model, not also the largest tensor's file pages.
                 std::size_t bytes = 0;
                 const unsigned char* from = file.stored_rows(p.name, file_row, rows, bytes);
-                std::memcpy(slice.stored->stored_row(slice.first_row), from, bytes);
+                unsigned char* to = slice.stored->stored_row(slice.first_row);
+                const std::size_t row_bytes = rows > 0 ? bytes / static_cast<std::size_t>(rows) : 0;
+                const Index chunk = std::max<Index>(1, static_cast<Index>(kStagingBytes / std::max<std::size_t>(1, row_bytes)));
+                for (Index r = 0; r < rows; r += chunk) {
+                    const Index n = std::min(chunk, rows - r);
+                    const std::size_t offset = static_cast<std::size_t>(r) * row_bytes;
+                    std::memcpy(to + offset, from + offset, static_cast<std::size_t>(n) * row_bytes);
+                    file.release_rows(p.name, file_row + r, n);
+                }
             } else if (slice.stored != nullptr) {
                 const Index chunk = std::max<Index>(1, static_cast<Index>(kStagingBytes / sizeof(T)) / row_width);
                 staging.resize(static_cast<std::size_t>(std::min(chunk, rows) * row_width));
