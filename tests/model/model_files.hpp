@@ -85,6 +85,16 @@ inline bool reset_peak_rss() {
 
 /// A safetensors file whose one tensor "unused" is `elements` F16 zeros: written sparse, so it
 /// costs no disk space, but reading it costs its size in memory.
+/// A tied softmax model of no layers, hidden 1024: its one large tensor is embed_tokens
+/// [vocab, 1024] (the memory tests' model).
+inline ModelConfig embedding_only_config(Index vocab) {
+    ModelConfig config = test::tiny_config(AttentionKind::softmax, vocab);
+    config.hidden_size = 1024;
+    config.num_hidden_layers = 0;
+    config.tie_word_embeddings = true;
+    return config;
+}
+
 /// A safetensors file of the tensors {name, dtype, shape} in that order whose data are holes
 /// (zeros that take no disk and no time to write).
 struct SparseTensor {

@@ -175,10 +175,7 @@ TEST_CASE("a BF16 checkpoint loaded as bf16 holds its weights and little more", 
     // A tied model of no layers: embed_tokens [32768, 1024] in BF16, 64 MiB, its bits copied as
     // they are. The copy hands back the file's pages piece by piece: holding the whole tensor's
     // mapped pages as well would double the peak.
-    ModelConfig config = test::tiny_config(AttentionKind::softmax, 32768);
-    config.hidden_size = 1024;
-    config.num_hidden_layers = 0;
-    config.tie_word_embeddings = true;
+    ModelConfig config = model_test::embedding_only_config(32768);
     model_test::TempDir dir;
     write_model_config(dir.path() / "config.json", config);
     model_test::write_sparse_file(dir.path() / "model.safetensors",
