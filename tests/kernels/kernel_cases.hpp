@@ -12,6 +12,7 @@
 
 #include "spec7_accuracy.hpp"
 #include "test_random.hpp"
+#include "../sanitized_repetitions.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -146,11 +147,15 @@ void check_on_1_to_3_threads(KernelCase c, AttentionWorkspace<T>& workspace, Che
 /// kMinPackedRows query rows after a KV cache of 0 to just past 2 of their longest key tiles
 /// (kFewRowsKeyTile: 3 tiles, and 9 of the half caches' shorter ones; the DINT references cost S^2),
 /// so their keys split into several runs (kernels/key_split.hpp), on 1, 2 and 3 threads, with both
-/// masks and sometimes key padding; `count` shapes, 3 thread counts each. Every other call gets one
-/// workspace reused across all of them (it grows to the most threads), the others none.
+/// masks and sometimes key padding; `count` shapes (half as many, at least 6, in a sanitizer build:
+/// sanitized_repetitions.hpp), 3 thread counts each. Every other call gets one workspace reused
+/// across all of them (it grows to the most threads), the others none.
 template <typename T, typename Check>
 void for_each_decode_case(std::mt19937& rng, int count, Check&& check) {
     AttentionWorkspace<T> workspace;
+    // 6 shapes hold each option of the cycle below: no cache (i % 4 == 0: 0, 4), no mask
+    // (i % 3 == 2: 2, 5) and key padding (i % 5 == 4: 4).
+    count = random_repetitions(count, 6);
     for (int i = 0; i < count; ++i) {
         KernelCase c;
         c.seq_len_q = uniform_index(rng, 1, kMinPackedRows - 1);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -45,15 +46,22 @@ Tensors tensors_of(const diffattn::ParameterList<T>& list, const std::string& pr
     return out;
 }
 
-/// y = x W^T
+/// y = x W^T. The dots read the rows through pointers (Mat is row-major and contiguous): the
+/// layer tests compile -O0, where each x(n, i) is a chain of calls, and their oracle products
+/// had taken most of test_layers' run time (more so under ASan).
 inline Mat linear(const Mat& x, const Mat& w) {
+    if (x.cols() != w.cols()) throw std::invalid_argument("naive::linear: x and w differ in width");
     Mat y = Mat::Zero(x.rows(), w.rows());
-    for (Index n = 0; n < x.rows(); ++n)
+    const Index depth = x.cols();
+    for (Index n = 0; n < x.rows(); ++n) {
+        const double* x_row = x.data() + n * depth;
         for (Index o = 0; o < w.rows(); ++o) {
+            const double* w_row = w.data() + o * depth;
             double sum = 0;
-            for (Index i = 0; i < x.cols(); ++i) sum += x(n, i) * w(o, i);
-            y(n, o) = sum;
+            for (Index i = 0; i < depth; ++i) sum += x_row[i] * w_row[i];
+            y.data()[n * y.cols() + o] = sum;
         }
+    }
     return y;
 }
 
