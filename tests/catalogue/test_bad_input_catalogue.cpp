@@ -672,6 +672,27 @@ TEST_CASE("invalid kernel options", "[catalogue][options]") {
     CHECK_ERROR(OptionError, softmax_attention(q, k, v, out, o), "threads must be in [1, 1024], got 100000");
 }
 
+TEST_CASE("BF16 products where they cannot run", "[catalogue][options]") {
+    const RowMatrix<double> q = random_matrix<double>(9, 4, 1), v = random_matrix<double>(9, 8, 3);
+    RowMatrix<double> out(9, 8);
+    AttentionOptions o;
+    o.compute = Compute::bf16;
+    CHECK_ERROR(OptionError, softmax_attention(q, q, v, out, o),
+                "softmax_attention: compute bf16 needs a float kernel; this one computes in double");
+    // A CPU without vdpbf16ps, whatever this one has: the check the kernels make with its answer.
+    CHECK_ERROR(OptionError, detail::resolve_products<float>("softmax_attention", Compute::bf16_dot, false),
+                "compute bf16_dot needs a CPU with AVX512-BF16 (vdpbf16ps), which this one lacks");
+    CHECK(detail::resolve_products<float>("softmax_attention", Compute::bf16, false) == ProductPath::bf16_widened);
+    const RowMatrix<float> qf = q.cast<float>(), vf = v.cast<float>();
+    RowMatrix<float> outf(9, 8);
+    o.compute = Compute::bf16_dot;
+    if (bf16_dot_available()) {
+        CHECK_NOTHROW(softmax_attention(qf, qf, vf, outf, o));
+    } else {
+        CHECK_ERROR(OptionError, softmax_attention(qf, qf, vf, outf, o), "compute bf16_dot needs a CPU with AVX512-BF16");
+    }
+}
+
 TEST_CASE("empty sequence", "[catalogue][empty]") {
     // Not an error: nothing to compute.
     const RowMatrix<float> none(0, 4), values(0, 8);
