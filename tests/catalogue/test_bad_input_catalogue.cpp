@@ -691,6 +691,17 @@ TEST_CASE("BF16 products where they cannot run", "[catalogue][options]") {
     } else {
         CHECK_ERROR(OptionError, softmax_attention(qf, qf, vf, outf, o), "compute bf16_dot needs a CPU with AVX512-BF16");
     }
+    // A model: the state refuses before any forward.
+    const DecoderModel<double> model = DecoderModel<double>::seeded(tiny(AttentionKind::diff), 1);
+    ForwardState<double> state = model.make_state(4);
+    CHECK_ERROR(OptionError, state.set_compute(Compute::bf16),
+                "ForwardState::set_compute: compute bf16 needs a float kernel; this one computes in double");
+    GenerationOptions generation;
+    generation.max_new_tokens = 2;
+    generation.compute = Compute::bf16;
+    CHECK_ERROR(OptionError, generate(model, {1, 2}, generation, [](const auto& row) { return argmax_token(row); },
+                                      [](Token) {}),
+                "generate: compute bf16 needs a float kernel");
 }
 
 TEST_CASE("empty sequence", "[catalogue][empty]") {

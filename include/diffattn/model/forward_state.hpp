@@ -9,6 +9,7 @@
 #include "diffattn/core/memory_limit.hpp"
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/kernels/attention_checks.hpp"
 #include "diffattn/model/config.hpp"
 #include "diffattn/model/decoder_layer.hpp"
 
@@ -45,6 +46,12 @@ struct ForwardState {
     const ExecutionContext& context() const { return context_; }
     /// Work (flops) per thread below which a call runs on fewer threads, down to one (0: always all).
     void set_min_parallel_flops(double flops) { context_.min_parallel_flops = flops; }
+    /// The products of the forwards that use this state (ExecutionContext::compute, docs/math.md
+    /// §7.1): OptionError for a BF16 mode of a double model or one this CPU cannot run.
+    void set_compute(Compute compute) {
+        detail::resolve_products<T>("ForwardState::set_compute", compute, bf16_dot_available());
+        context_.compute = compute;
+    }
 
     /// True when the buffers serve a forward of a model of `model`: the same widths (hidden,
     /// SwiGLU, vocabulary) and an attention scratch that fits its modules, factored or merged
