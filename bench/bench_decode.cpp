@@ -4,7 +4,8 @@
 // Model: seeded, hidden_size 256, 4 layers, 4 heads (no GQA; diff_v2 head_dim 32), intermediate_size
 // 683, vocab 512;
 // float; attention heads on T threads (make_state(max_len, T)). kind: diff, dint (causal_softmax),
-// dint_mean (causal_mean), softmax, diff_v2.
+// dint_mean (causal_mean), softmax, diff_v2, gda (4 signal heads sharing one noise head and one kv
+// pair: Motif-2-12.7B's group, docs/math.md §9).
 //
 //   stream_read/threads:<T>          the yardstick: a vectorised sum over a 512 MB buffer of huge
 //                                    pages (stream_yardstick.hpp), split in T equal parts, one per
@@ -16,8 +17,8 @@
 //                                         `context` + 31 over the 32 iterations (a few per cent at 2048).
 //   decode_cached/kind:<k>/kv:<P>/context:<C>/threads:<T>  the same with a cache storing keys and
 //                                         values as P = f16 or bf16 (KvPrecision): half the bytes.
-//   decode_heads/kind:<k>/context:<C>/threads:<T>  a step's attention heads alone (k = diff or
-//                                         softmax): each head of every layer, one after another, its
+//   decode_heads/kind:<k>/context:<C>/threads:<T>  a step's attention heads alone (k = diff,
+//                                         softmax or gda; gda: each group): each head of every layer, one after another, its
 //                                         kernel on one query row over `context` keys and values of
 //                                         a store laid out as the KvCache's (detail::KvStore, huge
 //                                         pages), its keys split over the T threads as in the
@@ -64,6 +65,7 @@
 
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/kernels/diff_attention.hpp"
+#include "diffattn/kernels/gda_attention.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
 #include "diffattn/layers/head_blocks.hpp"
 #include "diffattn/model/decoder_model.hpp"
@@ -97,7 +99,8 @@ constexpr Kind kKinds[] = {{"dint", AttentionKind::dint, DintIntegral::causal_so
                            {"diff", AttentionKind::diff, DintIntegral::causal_softmax},
                            {"dint_mean", AttentionKind::dint, DintIntegral::causal_mean},
                            {"softmax", AttentionKind::softmax, DintIntegral::causal_softmax},
-                           {"diff_v2", AttentionKind::diff_v2, DintIntegral::causal_softmax}};
+                           {"diff_v2", AttentionKind::diff_v2, DintIntegral::causal_softmax},
+                           {"gda", AttentionKind::gda, DintIntegral::causal_softmax}};
 constexpr int kKindCount = static_cast<int>(sizeof(kKinds) / sizeof(kKinds[0]));
 
 ModelConfig bench_config(int kind) {
@@ -110,6 +113,10 @@ ModelConfig bench_config(int kind) {
     c.intermediate_size = 683;
     c.vocab_size = 512;
     if (c.attention == AttentionKind::diff_v2) c.head_dim = 32;  // 2H query heads of 32: q width D, as diff
+    if (c.attention == AttentionKind::gda) {  // one group: 4 signal heads of 32, a noise head, a kv pair
+        c.gda_group_ratio = 4;
+        c.num_key_value_heads = 1;
+    }
     return c;
 }
 
@@ -198,6 +205,7 @@ void BM_decode_heads(benchmark::State& state, int kind, Index context, int threa
     const ModelConfig config = bench_config(kind);
     const AttentionConfig a = config.attention_config();
     const bool diff = kKinds[kind].attention == AttentionKind::diff;
+    const bool gda = kKinds[kind].attention == AttentionKind::gda;
     detail::KvStore<float> store;
     store.allocate(config.num_hidden_layers, context + kDecodeSteps, a);
     for (Index layer = 0; layer < config.num_hidden_layers; ++layer) {
@@ -206,7 +214,8 @@ void BM_decode_heads(benchmark::State& state, int kind, Index context, int threa
     }
     const detail::KvStore<float>& stored = store;  // read-only from here
     const RowMatrix<float> q = bench::random_matrix(2, a.head_dim(), 99);
-    RowMatrix<float> out(1, a.value_dim());
+    const RowMatrix<float> signal = bench::random_matrix(1, config.gda_group_ratio * a.head_dim(), 98);  // gda
+    RowMatrix<float> out(1, (gda ? config.gda_group_ratio : 1) * a.value_dim());
     AttentionWorkspace<float> ws;
     AttentionOptions options;
     options.mask = MaskKind::causal;  // one row at the end of the sequence: it sees every key
@@ -216,9 +225,13 @@ void BM_decode_heads(benchmark::State& state, int kind, Index context, int threa
             const auto keys = HeadBlocks<const float>::blocked_keys(stored.keys(layer).data(), a.n_key_maps(),
                                                                     a.head_dim(), context + kDecodeSteps);
             const auto values = HeadBlocks<const float>::head_major(stored.values(layer), a.n_value_heads());
-            for (Index h = 0; h < config.num_attention_heads; ++h) {
+            for (Index h = 0; h < config.num_attention_heads; h += gda ? config.gda_group_ratio : 1) {
                 const auto v = values.head(a.value_head(h, 0), 0, context);
-                if (diff) {
+                if (gda) {  // the group of heads h .. h + gr - 1
+                    detail::gda_attention<float, float>(signal, keys.keys(a.key_map(h, 0), context), q.row(1),
+                                                        keys.keys(a.key_map(h, 1), context), v, 0.5f, out, options,
+                                                        &ws);
+                } else if (diff) {
                     detail::diff_attention<float, float>(q.row(0), keys.keys(a.key_map(h, 0), context), q.row(1),
                                                          keys.keys(a.key_map(h, 1), context), v, 0.5f, out, options,
                                                          &ws);
@@ -318,7 +331,10 @@ void register_all(const bench::BenchArgs& args, bool long_contexts) {
         for (int kind = 0; kind < kKindCount; ++kind) {
             if (!cached && !heads && !paired && kind > 1) continue;  // the recompute yardstick: dint and diff
             const AttentionKind attention = kKinds[kind].attention;
-            if (heads && attention != AttentionKind::diff && attention != AttentionKind::softmax) continue;
+            if (heads && attention != AttentionKind::diff && attention != AttentionKind::softmax &&
+                attention != AttentionKind::gda) {
+                continue;
+            }
           for (const KvPrecision precision : {KvPrecision::f32, KvPrecision::f16, KvPrecision::bf16}) {
             if (!cached && precision != KvPrecision::f32) continue;  // only decode_cached: half precision
             for (Index context : contexts) {

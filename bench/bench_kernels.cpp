@@ -7,6 +7,8 @@
 //   softmax/N:<N>/d:<d>/mask:<causal|none>/threads:<T>                 Q, K [N x d], V [N x d]
 //   diff/...                                                          Q1, K1, Q2, K2 [N x d], V [N x 2d]
 //   dint_causal_softmax/..., dint_causal_mean/..., dint_global_mean/...  (global_mean: mask none only)
+//   gda/gr:<gr>/...                                                   one GDA group (docs/math.md §9):
+//                                   Q1 [N x gr d] (gr signal heads), K1, Q2, K2 [N x d], V [N x 2d]
 //   reference_softmax/..., reference_diff/..., reference_dint_causal_softmax/...
 //                                   the plain transcription (materialised N x N maps), one thread,
 //                                   only where its maps fit in kReferenceMaxBytes
@@ -22,7 +24,8 @@
 //                                   matmul or our own vdpbf16ps GEMM, the faster), register_bf16
 //
 // FLOPs counted (the useful work of the formula): QK^T and PV of every map, 2 flops per
-// multiply-add, S = N, causal counted half. DIFF = 2 maps of value width 2d. DINT is counted as
+// multiply-add, S = N, causal counted half. DIFF = 2 maps of value width 2d; a GDA group = gr + 1
+// maps of value width 2d (gr signal heads and the noise head, whose output serves all gr). DINT is counted as
 // DIFF (its integral term is overhead on top of the same useful work), so DINT / DIFF time ratios
 // read directly from the GFLOP/s columns.
 // Counters: GFLOPs (rate), vs_gemm (rate / the rate of an Eigen SGEMM of equal flops on the same
@@ -55,7 +58,7 @@ using diffattn::DintIntegral;
 /// The reference materialises several N x N float maps; it runs only while they fit in this.
 constexpr double kReferenceMaxBytes = 384.0 * 1024 * 1024;  // softmax, DIFF to N 4096; DINT to 2048
 
-enum class Kind { softmax, diff, dint };
+enum class Kind { softmax, diff, dint, gda };
 
 struct Case {
     Kind kind = Kind::softmax;
@@ -63,19 +66,28 @@ struct Case {
     Index n = 0, d = 0;
     bool causal = true;
     int threads = 1;
+    Index gr = 4;     // gda: signal heads of the group
+    Index heads = 1;  // diff: heads run one after another (gda_vs_diff's gr DIFF heads)
     Compute compute = Compute::scalar;  ///< bf16_dot / bf16_widened: the *_bf16 families
 
     Index value_dim() const { return kind == Kind::softmax ? d : 2 * d; }
     double flops() const {
         const double one = bench::map_flops(n, d, value_dim(), causal);
-        return kind == Kind::softmax ? one : 2 * one;
+        switch (kind) {
+            case Kind::softmax: return one;
+            case Kind::gda: return double(gr + 1) * one;
+            case Kind::diff: return 2 * one * double(heads);
+            case Kind::dint: return 2 * one;
+        }
+        return 0;
     }
     std::string family() const {
         const std::string suffix = compute == Compute::scalar ? "" : "_bf16";
         switch (kind) {
             case Kind::softmax: return "softmax" + suffix;
-            case Kind::diff: return "diff" + suffix;
+            case Kind::diff: return (heads == 1 ? "diff" : "diff_heads") + suffix;
             case Kind::dint: return std::string("dint_") + diffattn::to_string(integral) + suffix;
+            case Kind::gda: return "gda" + suffix;
         }
         return "?";
     }
@@ -93,6 +105,7 @@ struct Case {
     }
     Name name(const std::string& family_name) const {
         Name name(family_name);
+        if (kind == Kind::gda) name("gr", gr);
         name("N", n)("d", d)("mask", causal ? "causal" : "none")("threads", threads);
         if (compute != Compute::scalar) name("products", products());
         return name;
@@ -109,12 +122,12 @@ struct Case {
 struct Inputs {
     Matrix q1, k1, q2, k2, v, out;
     explicit Inputs(const Case& c)
-        : q1(bench::random_matrix(c.n, c.d, 1)),
+        : q1(bench::random_matrix(c.n, c.kind == Kind::gda ? c.gr * c.d : c.d, 1)),
           k1(bench::random_matrix(c.n, c.d, 2)),
           q2(c.kind == Kind::softmax ? Matrix() : bench::random_matrix(c.n, c.d, 3)),
           k2(c.kind == Kind::softmax ? Matrix() : bench::random_matrix(c.n, c.d, 4)),
           v(bench::random_matrix(c.n, c.value_dim(), 5)),
-          out(c.n, c.value_dim()) {}
+          out(c.n, c.kind == Kind::gda ? c.gr * c.value_dim() : c.value_dim()) {}
 };
 
 constexpr float kLambda = 0.8f;
@@ -128,11 +141,17 @@ std::function<void()> kernel_call(const Case& c) {
         switch (c.kind) {
             case Kind::softmax: diffattn::softmax_attention(in->q1, in->k1, in->v, in->out, options, ws.get()); break;
             case Kind::diff:
-                diffattn::diff_attention(in->q1, in->k1, in->q2, in->k2, in->v, kLambda, in->out, options, ws.get());
+                for (Index h = 0; h < c.heads; ++h) {
+                    diffattn::diff_attention(in->q1, in->k1, in->q2, in->k2, in->v, kLambda, in->out, options,
+                                             ws.get());
+                }
                 break;
             case Kind::dint:
                 diffattn::dint_attention(in->q1, in->k1, in->q2, in->k2, in->v, kLambda, c.integral, in->out, options,
                                          nullptr, ws.get());
+                break;
+            case Kind::gda:
+                diffattn::gda_attention(in->q1, in->k1, in->q2, in->k2, in->v, kLambda, in->out, options, ws.get());
                 break;
         }
         benchmark::DoNotOptimize(in->out.data());
@@ -262,6 +281,9 @@ void run_reference(benchmark::State& state, const Case& c) {
             case Kind::dint:
                 out = diffattn::reference::dint_attention(in.q1, in.k1, in.q2, in.k2, in.v, kLambda, c.integral,
                                                           options);
+                break;
+            case Kind::gda:
+                out = diffattn::reference::gda_attention(in.q1, in.k1, in.q2, in.k2, in.v, kLambda, options);
                 break;
         }
         benchmark::DoNotOptimize(out.data());
@@ -407,6 +429,9 @@ void run_pair(benchmark::State& state, const Side& first, const Side& second, bo
 ///   gemm_vs_softmax_2thr   1-thread SGEMM vs softmax d128 on 2 threads (ratio = the 2-thread rate
 ///                          over the 1-thread SGEMM rate)
 ///   diff_vs_softmax        DIFF d vs softmax d128 (ratio = DIFF's time per useful flop over softmax's)
+//   gda_vs_diff            one GDA group of gr = 4 signal heads vs 4 DIFF heads (the same signal
+//                          heads), same N, d, mask (ratio = GDA's time per useful flop over DIFF's;
+//                          times GDA's flops over DIFF's, (gr + 1) / (2 gr), it is the time ratio)
 ///   dint_<mode>_vs_diff    DINT vs DIFF, same N, d, mask (ratio = the time ratio)
 void register_pairs(const bench::BenchArgs& args, const std::vector<Index>& sizes) {
     const auto make = [](Kind kind, Index n, Index d, bool causal, int threads,
@@ -431,6 +456,9 @@ void register_pairs(const bench::BenchArgs& args, const std::vector<Index>& size
             add("gemm_vs_softmax", {softmax1, Source::gemm}, {softmax1});
             add("gemm_vs_softmax_2thr", {softmax1, Source::gemm}, {softmax2});
             for (Index d : {64, 128}) add("diff_vs_softmax", {make(Kind::diff, n, d, causal, 1)}, {softmax1});
+            Case gda = make(Kind::gda, n, 128, causal, 1), heads = make(Kind::diff, n, 128, causal, 1);
+            heads.heads = gda.gr;  // the same signal heads as DIFF heads
+            add("gda_vs_diff", {gda}, {heads});
         }
         add("scaling_gemm", {make(Kind::softmax, n, 128, true, 1), Source::gemm},
             {make(Kind::softmax, n, 128, true, 2), Source::gemm}, true);
@@ -526,7 +554,8 @@ void register_all(const bench::BenchArgs& args) {
     // DINT mode at d64, each at its decoder mask (global_mean: none).
     auto thread_counts = [](const Case& c) {
         std::vector<int> t = {1};
-        const bool headline = (c.kind == Kind::softmax && c.d == 128) || (c.kind != Kind::softmax && c.d == 64);
+        const bool headline = (c.kind == Kind::softmax && c.d == 128) ||
+                              (c.kind != Kind::softmax && c.kind != Kind::gda && c.d == 64);
         const bool decoder_mask = c.causal || (c.kind == Kind::dint && c.integral == DintIntegral::global_mean) ||
                                   c.kind == Kind::softmax;
         if (headline && decoder_mask && c.n >= 1024) t.push_back(2);
@@ -544,6 +573,8 @@ void register_all(const bench::BenchArgs& args) {
                 c.kind = Kind::softmax;
                 cases.push_back(c);
                 c.kind = Kind::diff;
+                cases.push_back(c);
+                c.kind = Kind::gda;  // Motif-2-12.7B's ratio: 4 signal heads per noise head
                 cases.push_back(c);
                 c.kind = Kind::dint;
                 for (DintIntegral integral :

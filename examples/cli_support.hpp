@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
@@ -109,9 +110,13 @@ private:
 };
 
 /// Runs `body` (returning the exit status) as a program's main: every error is a message on
-/// stderr, prefixed with the program's name, and exit status 2.
+/// stderr, prefixed with the program's name, and exit status 2. A write past the file-size limit
+/// (ulimit -f) raises SIGXFSZ, which by default kills the process with no message and leaves the
+/// temporary file of io/replace_file.hpp behind: ignored, the write fails with EFBIG instead, a
+/// FileError that removes the temporary file and names the reason.
 template <typename Body>
 int run_main(const char* program, Body&& body) {
+    std::signal(SIGXFSZ, SIG_IGN);
     try {
         return body();
     } catch (const UsageError& e) {

@@ -6,11 +6,12 @@
 //   diffattn-analyze --model DIR --episodes episodes.json [--set NAME]
 //   ... [--json OUT] [--maps OUT_DIR] [--precision float|double] [--threads T]
 //
-// Prints, per layer and head, the mean over the analysed rows of the measure (answer and noise
-// mass normalised by the row sum, negative mass and fraction, row sum; analysis/row_measure.hpp)
-// and the map entropies. --json writes every figure of every row; --maps one JSON file per kept
-// row with its maps (A1, A2, DINT's integral, the combined map) per layer and head, the data
-// for pictures. Every error prints a message and exits with status 2 before anything is written.
+// Prints, per layer and head, the figures of the analysed rows (analysis/figures.hpp: the |P| share
+// of answer and noise, the raw signed masses, the row sum; each a ratio of sums over the rows with
+// its standard error, analysis/row_summary.hpp). --json writes every figure of every row and of
+// every set, with the definitions; --maps one JSON file per kept row with its maps (A1, A2,
+// DINT's integral, the combined map) per layer and head, the data for pictures. Every error
+// prints a message and exits with status 2 before anything is written.
 #include "diffattn/analysis/attention_analysis.hpp"
 #include "diffattn/io/json_file.hpp"
 #include "diffattn/io/replace_file.hpp"
@@ -25,6 +26,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -50,13 +52,16 @@ using cli::parse_tokens;
 using cli::UsageError;  // a command-line or episode-file problem: exit status 2
 
 constexpr const char* kMeasure =
-    "c = the combined map row over the keys the row may see; row_sum = sum c; answer = sum of c over "
-    "the answer positions / row_sum; noise = the same over the noise positions; negative entries "
-    "count with their sign; negative_mass = -(sum of the negative c) / row_sum; negative_fraction = "
-    "#(c < 0) / #visible keys; *_raw: not divided by row_sum";
+    "c = the combined map row over the keys the row may see (docs/analysis.md, The measures); "
+    "answer_share = sum of |c| over the answer positions / sum of |c| over every visible key (in [0, 1]); "
+    "noise_share likewise over the noise positions; answer_mass, noise_mass: sums of c, signed, raw; "
+    "noise_positive, noise_negative: the noise mass's parts of each sign; row_sum = sum c; "
+    "answer_normalised = answer_mass / row_sum (secondary)";
 constexpr const char* kAveraging =
-    "per layer and head: arithmetic mean over the analysed rows (every row of every sequence weighs "
-    "the same); per layer: mean over its heads of those means";
+    "every figure of many rows i is a ratio of sums, sum_i x_i / sum_i y_i (a mean: y_i = 1), never a "
+    "mean of per-row ratios; per layer the heads are pooled (x_i, y_i summed over the heads); *_se: its "
+    "standard error sqrt(sum_i (x_i - R y_i)^2 / (n (n - 1))) / mean_i y_i, the n rows independent; "
+    "accuracy standard_error: sqrt(p (1 - p) / total)";
 
 struct Options {
     std::string model_dir;
@@ -84,7 +89,8 @@ void print_help(std::ostream& out) {
            "                   every episode of every set. The rows are each episode's scored positions:\n"
            "                   the accuracy of the argmax there is printed per set, and episodes that\n"
            "                   mark answer and noise positions are analysed. --set NAME: that set only.\n"
-           "  --json OUT       write every figure of every row, the per-layer means and the definitions.\n"
+           "  --json OUT       write every figure of every row, of every layer and head over the rows\n"
+           "                   (with standard errors) and the definitions.\n"
            "  --maps OUT_DIR   write the full maps of the kept rows, one JSON file per row (created;\n"
            "                   with --episodes, the first episode of each set).\n"
            "                   --json and --maps write new files or replace the files an earlier\n"
@@ -218,14 +224,24 @@ std::vector<Sequence> read_episodes(const Options& o, Index vocab_size) {
     const nlohmann::json doc = detail::parse_json_text<FileError>(
         detail::read_text_file(*o.episodes_path, source, kMaxEpisodesFileBytes, "an episodes file"), source, 16,
         "an episodes file");
-    if (!doc.is_object() || doc.value("format", "") != "diffattn-retrieval-episodes-1" || !doc.contains("sets") ||
-        !doc["sets"].is_array()) {
-        throw UsageError{source + ": not an episodes file (format diffattn-retrieval-episodes-1 with \"sets\")"};
+    constexpr const char* kFormat = "diffattn-retrieval-episodes-1";
+    if (!doc.is_object()) {
+        throw UsageError{source + ": not an episodes file: a JSON object of format " + kFormat +
+                         " with \"sets\" is expected, got " + detail::brief_json(doc)};
+    }
+    const nlohmann::json& format = json_member(doc, "format", source);
+    if (!format.is_string() || format.get<std::string>() != kFormat) {
+        throw UsageError{source + ": not an episodes file: key \"format\" must be \"" + kFormat + "\", got " +
+                         detail::brief_json(format)};
+    }
+    const nlohmann::json& sets = json_member(doc, "sets", source);
+    if (!sets.is_array()) {
+        throw UsageError{source + ": not an episodes file: key \"sets\" must be a list of sets, got " +
+                         detail::brief_json(sets)};
     }
     std::vector<Sequence> out;
     bool set_found = false;
     std::set<std::string> set_names;
-    const nlohmann::json& sets = doc["sets"];
     for (std::size_t set_index = 0; set_index < sets.size(); ++set_index) {
         const nlohmann::json& set = sets[set_index];
         const std::string set_where = source + ": set " + std::to_string(set_index);
@@ -279,103 +295,61 @@ std::vector<Sequence> read_episodes(const Options& o, Index vocab_size) {
     return out;
 }
 
+/// Every figure of one row, and the sums of its measure that are no figure of their own.
 nlohmann::json figures_json(const HeadRowFigures& f) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const FigureInfo& info : figure_list()) j[info.name] = figure_of(info.figure, f);
     const RowMeasure& m = f.measure;
-    return {{"answer", m.answer},         {"noise", m.noise},           {"negative_mass", m.negative_mass},
-            {"negative_fraction", m.negative_fraction}, {"row_sum", m.row_sum}, {"answer_raw", m.answer_raw},
-            {"noise_raw", m.noise_raw},   {"entropy_a1", f.entropy_a1}, {"entropy_a2", f.entropy_a2},
-            {"entropy_integral", f.entropy_integral}, {"weight", f.weight}};
+    j["answer_positive"] = m.answer_positive;
+    j["answer_negative"] = m.answer_negative;
+    j["negative_abs"] = m.negative_abs;
+    j["negatives"] = m.negatives;
+    j["visible"] = m.visible;
+    return j;
 }
 
-nlohmann::json means_json(const RowMeans& means) {
+/// Every figure of (layer, head) of `summary` (head -1: the layer) and its standard error.
+nlohmann::json estimates_json(const RowSummary& summary, Index layer, Index head) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const FigureInfo& info : figure_list()) {
+        const Estimate e = summary.estimate(layer, head, info.figure);
+        j[info.name] = e.value;
+        j[std::string(info.name) + "_se"] = e.standard_error;
+    }
+    return j;
+}
+
+nlohmann::json summary_json(const RowSummary& summary) {
     nlohmann::json layers = nlohmann::json::array(), heads = nlohmann::json::array();
-    for (Index l = 0; l < means.layers(); ++l) {
-        layers.push_back(figures_json(means.mean(l)));
+    for (Index l = 0; l < summary.layers(); ++l) {
+        layers.push_back(estimates_json(summary, l, -1));
         nlohmann::json row = nlohmann::json::array();
-        for (Index h = 0; h < means.heads(); ++h) row.push_back(figures_json(means.mean(l, h)));
+        for (Index h = 0; h < summary.heads(); ++h) row.push_back(estimates_json(summary, l, h));
         heads.push_back(row);
     }
-    return {{"rows", means.rows()}, {"per_layer", layers}, {"per_layer_head", heads}};
+    return {{"rows", summary.rows()}, {"per_layer", layers}, {"per_layer_head", heads}};
+}
+
+/// The definition of every figure, by name.
+nlohmann::json definitions_json() {
+    nlohmann::json j = nlohmann::json::object();
+    for (const FigureInfo& info : figure_list()) j[info.name] = info.definition;
+    return j;
 }
 
 std::vector<double> as_vector(const Vector<double>& v) { return {v.data(), v.data() + v.size()}; }
 
-/// Writes `j` to `path` (checked by check_output_file first), complete or not at all; `flag`
-/// starts any message.
-void write_json(const char* flag, const fs::path& path, const nlohmann::json& j) {
+/// The mark of a flag's files (output_files.hpp): "diffattn-analyze --json" / "--maps".
+std::string output_mark(const char* flag) { return std::string("diffattn-analyze ") + flag; }
+
+/// Writes `j` to `path` (checked by check_output_file first) with the mark of `flag` (which starts
+/// any message), complete or not at all.
+void write_json(const char* flag, const fs::path& path, nlohmann::json j) {
+    j[cli::kWrittenByKey] = output_mark(flag);
     const std::string text = j.dump(1) + "\n";
     detail::ReplacingFile file(path, flag);
     file.write(text.data(), text.size());
     file.commit();
-}
-
-/// The top level of a JSON document, read in one streaming pass that keeps nothing below it: whether
-/// it is an object, the names of its members and its "format" string. Recognising an earlier output
-/// (which can be hundreds of MB) so costs neither a tree in memory nor a deep recursion.
-class TopLevelMembers final : public nlohmann::json::json_sax_t {
-public:
-    bool is_object = false;
-    std::set<std::string> names;  // the first kMaxNames: an output of ours has a handful
-    std::string format;
-
-    bool null() override { return true; }
-    bool boolean(bool) override { return true; }
-    bool number_integer(number_integer_t) override { return true; }
-    bool number_unsigned(number_unsigned_t) override { return true; }
-    bool number_float(number_float_t, const string_t&) override { return true; }
-    bool binary(binary_t&) override { return true; }
-    bool string(string_t& value) override {
-        if (depth_ == 1 && key_ == "format") format = value;
-        return true;
-    }
-    bool key(string_t& name) override {
-        if (depth_ != 1) return true;
-        key_ = name;
-        if (names.size() < kMaxNames) names.insert(name);
-        return true;
-    }
-    bool start_object(std::size_t) override { return open(true); }
-    bool start_array(std::size_t) override { return open(false); }
-    bool end_object() override { return close(); }
-    bool end_array() override { return close(); }
-    bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception&) override { return false; }
-
-private:
-    static constexpr std::size_t kMaxNames = 64;
-    bool open(bool object) {
-        if (depth_ == 0) is_object = object;
-        ++depth_;
-        return depth_ == 1 ? object : true;  // a document that is not an object: stop reading
-    }
-    bool close() {
-        --depth_;
-        key_.clear();
-        return true;
-    }
-    std::size_t depth_ = 0;
-    std::string key_;
-};
-
-/// The top level of the regular file `path` when it is one JSON object (syntax checked to the end),
-/// else nullopt.
-std::optional<TopLevelMembers> top_level_of(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    TopLevelMembers members;
-    if (!in || !nlohmann::json::sax_parse(in, &members) || !members.is_object) return std::nullopt;
-    return members;
-}
-
-/// An earlier output of --json: an object of format diffattn-analysis-1.
-bool is_analysis_json(const fs::path& path) {
-    const std::optional<TopLevelMembers> top = top_level_of(path);
-    return top && top->format == "diffattn-analysis-1";
-}
-
-/// An earlier output of --maps: an object with the members a map file has.
-bool is_map_json(const fs::path& path) {
-    const std::optional<TopLevelMembers> top = top_level_of(path);
-    return top && top->names.count("sequence") && top->names.count("attention") && top->names.count("position") &&
-           top->names.count("layers");
 }
 
 /// The file --maps writes for row `position` of `s`: "<name>_row<position>.json", each "/" of the
@@ -391,9 +365,13 @@ std::string map_file_name(const Sequence& s, Index position) {
 void prepare_outputs(const Options& o, const std::vector<Sequence>& sequences, long double map_entries) {
     std::vector<fs::path> inputs{o.model_dir};
     if (o.episodes_path) inputs.emplace_back(*o.episodes_path);
-    if (o.json_path) cli::check_output_file("--json", *o.json_path, inputs, is_analysis_json);
+    if (o.json_path) cli::check_output_file("--json", *o.json_path, inputs, cli::is_earlier_json_output, output_mark("--json"));
     if (!o.maps_dir) return;
     const fs::path maps(*o.maps_dir);
+    if (cli::is_in_or_under(maps, o.model_dir)) {  // before it is made: not even a folder of its own there
+        throw UsageError{"--maps: \"" + maps.string() + "\" is in the model's folder \"" + o.model_dir +
+                         "\", which is only read; write elsewhere"};
+    }
     std::error_code error;
     const fs::file_status status = fs::status(maps, error);
     if (status.type() != fs::file_type::not_found && status.type() != fs::file_type::directory) {
@@ -415,7 +393,7 @@ void prepare_outputs(const Options& o, const std::vector<Sequence>& sequences, l
                 throw UsageError{"--maps: two rows would write \"" + file + "\" (sequence \"" + s.name +
                                  "\"): give the sets names that differ after \"/\" becomes \"_\""};
             }
-            cli::check_output_file("--maps", maps / file, inputs, is_map_json, maps);
+            cli::check_output_file("--maps", maps / file, inputs, cli::is_earlier_json_output, output_mark("--maps"), maps);
             if (o.json_path && fs::path(*o.json_path).lexically_normal() == (maps / file).lexically_normal()) {
                 throw UsageError{"--json: \"" + *o.json_path + "\" is also a file of --maps"};
             }
@@ -425,18 +403,31 @@ void prepare_outputs(const Options& o, const std::vector<Sequence>& sequences, l
     if (error || !fs::is_directory(maps)) throw UsageError{"--maps: cannot make the folder \"" + maps.string() + "\""};
 }
 
-void print_means(const std::string& title, const RowMeans& means) {
-    std::cout << title << " (" << means.rows() << " rows; mean over rows, layer = mean over heads)\n"
-              << "  layer head    answer     noise  neg_mass  neg_frac   row_sum  H(A1)\n"
-              << std::fixed << std::setprecision(4);
-    for (Index l = 0; l < means.layers(); ++l) {
-        for (Index h = -1; h < means.heads(); ++h) {
-            const HeadRowFigures f = means.mean(l, h);
-            std::cout << "  " << std::setw(5) << l << " " << std::setw(4) << (h < 0 ? std::string("all") : std::to_string(h))
-                      << std::setw(10) << f.measure.answer << std::setw(10) << f.measure.noise << std::setw(10)
-                      << f.measure.negative_mass << std::setw(10) << f.measure.negative_fraction << std::setw(10)
-                      << f.measure.row_sum << std::setw(7) << std::setprecision(2) << f.entropy_a1 << std::setprecision(4)
-                      << "\n";
+/// The table of a summary: per layer (its heads pooled) and head, the |P| shares with their
+/// standard errors, the raw signed masses, the row sum, the normalised answer and H(A1).
+void print_summary(const std::string& title, const RowSummary& summary) {
+    std::cout << title << " (" << summary.rows() << " rows; ratios of sums over the rows +- standard error; "
+              << "layer \"all\": its heads pooled)\n"
+              << "  layer head  answer_share +- se   noise_share +- se   answer   noise+   noise-  row_sum"
+                 "  answer/S  H(A1)\n"
+              << std::fixed;
+    const auto value = [&](Index l, Index h, Figure f, int width, int digits) {
+        std::cout << std::setw(width) << std::setprecision(digits) << summary.estimate(l, h, f).value;
+    };
+    for (Index l = 0; l < summary.layers(); ++l) {
+        for (Index h = -1; h < summary.heads(); ++h) {
+            std::cout << "  " << std::setw(5) << l << " " << std::setw(4) << (h < 0 ? std::string("all") : std::to_string(h));
+            for (const Figure f : {Figure::answer_share, Figure::noise_share}) {
+                const Estimate e = summary.estimate(l, h, f);
+                std::cout << std::setw(10) << std::setprecision(4) << e.value << " +- " << std::setw(6) << e.standard_error;
+            }
+            value(l, h, Figure::answer_mass, 9, 4);
+            value(l, h, Figure::noise_positive, 9, 4);
+            value(l, h, Figure::noise_negative, 9, 4);
+            value(l, h, Figure::row_sum, 9, 4);
+            value(l, h, Figure::answer_normalised, 10, 4);
+            value(l, h, Figure::entropy_a1, 7, 2);
+            std::cout << "\n";
         }
     }
 }
@@ -454,8 +445,11 @@ struct SetScore {
     }
     Index total() const { return static_cast<Index>(predicted.size()); }
     double accuracy() const { return static_cast<double>(correct) / static_cast<double>(total()); }
+    /// sqrt(p (1 - p) / total): the rows taken as independent (two questions of one episode are not quite).
+    double standard_error() const { return std::sqrt(accuracy() * (1 - accuracy()) / static_cast<double>(total())); }
     nlohmann::json json() const {
-        return {{"correct", correct}, {"total", total()}, {"accuracy", accuracy()}, {"predicted", predicted}, {"margin", margin}};
+        return {{"correct", correct},   {"total", total()},           {"accuracy", accuracy()},
+                {"standard_error", standard_error()}, {"predicted", predicted}, {"margin", margin}};
     }
 };
 
@@ -512,8 +506,8 @@ int run(const Options& o) {
 #endif
     AttentionAnalyzer<T> analyzer(config, max_len, threads);
     AnalysisResult result;
-    RowMeans all;                              // rows that mark answer and noise positions
-    std::map<std::string, RowMeans> per_set;   // ... per set
+    RowSummary all;                            // rows that mark answer and noise positions
+    std::map<std::string, RowSummary> per_set; // ... per set
     std::map<std::string, SetScore> scores;    // episodes: the argmax at the scored rows, per set
     nlohmann::json sequences_json = nlohmann::json::array();
     const std::vector<AnalysisRow> no_rows;    // accuracy-only episodes: the forward alone
@@ -584,32 +578,34 @@ int run(const Options& o) {
     if (questions > 0) {
         std::cout << "accuracy: " << correct << " / " << questions << "\n";
         if (scores.size() > 1) {
-            std::cout << "accuracy per set (argmax at the scored rows):\n";
+            std::cout << "accuracy per set (argmax at the scored rows; +- standard error):\n";
             for (const std::string& name : set_order) {
                 const SetScore& score = scores.at(name);
                 std::cout << "  " << std::left << std::setw(24) << name << std::right << std::setw(5) << score.correct
                           << " / " << std::setw(4) << score.total() << std::fixed << std::setprecision(3)
-                          << std::setw(8) << score.accuracy() << "\n";
+                          << std::setw(8) << score.accuracy() << " +- " << std::setw(5) << score.standard_error()
+                          << "\n";
             }
         }
     }
     for (const std::string& name : set_order) {
-        if (per_set.size() > 1 && per_set.count(name) > 0) print_means("set " + name, per_set.at(name));
+        if (per_set.size() > 1 && per_set.count(name) > 0) print_summary("set " + name, per_set.at(name));
     }
-    if (all.rows() > 0) print_means("all rows", all);
+    if (all.rows() > 0) print_summary("all rows", all);
 
     if (o.json_path) {
         nlohmann::json sets = nlohmann::json::object();
-        for (const auto& [name, means] : per_set) sets[name] = means_json(means);
+        for (const auto& [name, summary] : per_set) sets[name] = summary_json(summary);
         nlohmann::json accuracy_sets = nlohmann::json::object();
         for (const auto& [name, score] : scores) accuracy_sets[name] = score.json();
-        nlohmann::json doc = {{"format", "diffattn-analysis-1"},
+        nlohmann::json doc = {{"format", "diffattn-analysis-2"},
                               {"model", o.model_dir},
                               {"attention", to_string(config.attention)},
                               {"precision", std::is_same_v<T, double> ? "double" : "float"},
                               {"measure", kMeasure},
                               {"averaging", kAveraging},
-                              {"summary", all.rows() > 0 ? means_json(all) : nlohmann::json()},
+                              {"figures", definitions_json()},
+                              {"summary", all.rows() > 0 ? summary_json(all) : nlohmann::json()},
                               {"sets", sets},
                               {"sequences", sequences_json}};
         if (questions > 0) {

@@ -64,6 +64,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <new>
@@ -331,6 +332,11 @@ struct Ranks {
     int rank = 0;
     int size = 1;
     bool distributed = false;  ///< started by mpirun: the forward runs across the ranks (even one)
+    /// distributed: the vote every rank casts once, before the first collective of the forward or,
+    /// leaving before it (failed, or done), on its way out: whether it is ready. Returns the first
+    /// rank that is not, or -1. So a rank that fails alone (a flag, a file only it cannot read)
+    /// never leaves the others waiting in a collective it will not join.
+    std::function<int(bool ready)> agree;
 };
 
 #if defined(DIFFATTN_FORWARD_MPI)
@@ -355,38 +361,55 @@ public:
     }
     MpiSession(const MpiSession&) = delete;
     MpiSession& operator=(const MpiSession&) = delete;
-    const Ranks& ranks() const { return ranks_; }
+    /// The ranks, with Ranks::agree this session's vote.
+    Ranks ranks() {
+        Ranks ranks = ranks_;
+        if (ranks.distributed) ranks.agree = [this](bool ready) { return vote(ready); };
+        return ranks;
+    }
+    /// The exit status of a rank whose body returned `status`. A rank that has not voted yet leaves
+    /// before the forward, done (--tokenize) or failed: it votes "not ready", so that no rank waits
+    /// for it in the forward's collectives.
+    int finish(int status) {
+        if (ranks_.distributed && !voted_) vote(false);
+        return status;
+    }
 
 private:
+    int vote(bool ready) {
+        voted_ = true;
+        int failed = ready ? ranks_.size : ranks_.rank;
+        int first = ranks_.size;
+        MPI_Allreduce(&failed, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        return first < ranks_.size ? first : -1;
+    }
+
     Ranks ranks_;
+    bool voted_ = false;
 };
 #endif
 
-/// An earlier output of --logits: a safetensors file whose one tensor is "logits".
-bool is_logits_file(const std::filesystem::path& path) {
-    try {
-        const SafetensorsFile file(path);
-        return file.tensors().size() == 1 && file.tensors().count("logits") == 1;
-    } catch (const diffattn::Error&) {
-        return false;
-    }
-}
+/// The mark of --logits' files (output_files.hpp): an existing file is replaced only if it has it.
+constexpr const char* kLogitsMark = "diffattn-forward --logits";
 
 template <typename T>
 int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const std::vector<Token>& prompt_ids,
         const Ranks& ranks) {
     // 0. Where the logits go, before anything is read or computed: never over an input or a file
     //    this program did not write (output_files.hpp).
-    if (options.logits_path) {
+    // Across ranks rank 0 alone writes them: the others never touch the path.
+    if (options.logits_path && ranks.rank == 0) {
         std::vector<std::filesystem::path> inputs;
         if (options.model_dir) inputs.emplace_back(*options.model_dir);
-        check_output_file("--logits", *options.logits_path, inputs, is_logits_file);
+        check_output_file("--logits", *options.logits_path, inputs, cli::is_earlier_safetensors_output, kLogitsMark);
     }
 
     // 1. The model.
     std::vector<std::string> warnings;
+    const auto load_start = std::chrono::steady_clock::now();
     const DecoderModel<T> model = options.model_dir ? DecoderModel<T>::load(*options.model_dir, &warnings)
                                                     : DecoderModel<T>::seeded(demo_config(), kDemoSeed);
+    const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
     for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
     const ModelConfig& config = model.config();
 
@@ -432,14 +455,22 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
         }
         // generation_config.json, else config.json: read now, so that a bad one stops the run
         // before anything is printed or written.
-        if (options.model_dir) stop_tokens = read_eos_token_ids(*options.model_dir);
+        if (options.model_dir) stop_tokens = read_eos_token_ids(*options.model_dir, config.vocab_size);
+    }
+
+    // Across ranks: every rank has read and checked all it needs; the forward's collectives follow.
+    if (ranks.distributed) {
+        const int failed = ranks.agree(true);
+        require<Error>(failed < 0, "rank ", failed, " of ", ranks.size, " stopped before the forward (see its message)");
     }
 
     std::cout << "model: " << (options.model_dir ? *options.model_dir : std::string("embedded demo model (seed 1234)"))
               << "\n"
               << config << "parameters: " << model.parameter_count() << "\n"
               << "precision: " << (std::is_same_v<T, double> ? "double" : "float") << "\n"
-              << "vector ISA: " << diffattn::compiled_isa() << "\n";
+              << "vector ISA: " << diffattn::compiled_isa() << "\n"
+              << std::fixed << std::setprecision(1) << "load: " << load_seconds * 1e3 << " ms\n"
+              << std::defaultfloat << std::setprecision(6);
 #if !defined(DIFFATTN_HAS_OPENMP)
     if (single_threaded_build) std::cout << "note: built without OpenMP, running on 1 thread\n";
 #endif
@@ -491,8 +522,9 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
     }
 
     // 6. Optionally all logits to a safetensors file (the state holds exactly n rows).
-    if (options.logits_path) {
-        write_safetensors(*options.logits_path, {{"logits", TensorView(state.logits)}});
+    if (options.logits_path && ranks.rank == 0) {
+        write_safetensors(*options.logits_path, {{"logits", TensorView(state.logits)}},
+                          {{cli::kWrittenByKey, kLogitsMark}});
         std::cout << "wrote logits [" << n << ", " << config.vocab_size << "] to " << *options.logits_path << "\n";
     }
 
@@ -553,12 +585,12 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
 
 int main(int argc, char** argv) {
 #if defined(DIFFATTN_FORWARD_MPI)
-    const MpiSession mpi(argc, argv);
+    MpiSession mpi(argc, argv);
     const Ranks ranks = mpi.ranks();
 #else
     const Ranks ranks;
 #endif
-    return cli::run_main("diffattn-forward", [&] {
+    const int status = cli::run_main("diffattn-forward", [&] {
         const Options options = parse_arguments(argc, argv);
         // The prompt is tokenized before the weights are read: --tokenize needs only tokenizer.json.
         std::optional<Tokenizer> tokenizer;
@@ -576,4 +608,9 @@ int main(int argc, char** argv) {
         return options.use_double ? run<double>(options, tokenizer, prompt_ids, ranks)
                                   : run<float>(options, tokenizer, prompt_ids, ranks);
     });
+#if defined(DIFFATTN_FORWARD_MPI)
+    return mpi.finish(status);
+#else
+    return status;
+#endif
 }

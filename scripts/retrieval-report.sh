@@ -4,9 +4,11 @@
 #   1. installs the dependencies (and python3-numpy, python3-matplotlib for the pictures);
 #   2. builds diffattn-analyze (release preset);
 #   3. runs tools/retrieval_report.py: episodes (seed 1901) -> diffattn-analyze on every model ->
-#      docs/retrieval/{tables.md, figures.json, maps.png, maps_<kind>.png, depth.png,
-#      analyze_<kind>.txt}; the C++ program's full JSON output stays in build/retrieval-report/.
-# About 4 minutes on one core. Arguments are passed to tools/retrieval_report.py (--threads T).
+#      docs/retrieval/{tables.md, figures.json, question_rows.png, maps_<kind>.png,
+#      heads_<kind>.png, depth.png, analyze_<kind>.txt}; the C++ program's full JSON output stays
+#      in build/retrieval-report/.
+# About 5 minutes on one core, the build apart. Arguments are passed to tools/retrieval_report.py
+# (--threads T, --draw-only).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/build-dir.sh

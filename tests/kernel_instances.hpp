@@ -14,6 +14,7 @@
 
 #include "diffattn/kernels/diff_attention.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
+#include "diffattn/kernels/gda_attention.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
 
 /// Explicit instantiation declarations (PREFIX = extern) or definitions (PREFIX empty) of the
@@ -21,7 +22,8 @@
 #define DIFFATTN_TEST_KERNEL_INSTANCES(PREFIX, T)                                                             \
     PREFIX template decltype(diffattn::detail::softmax_attention<T, T>) diffattn::detail::softmax_attention<T, T>; \
     PREFIX template decltype(diffattn::detail::diff_attention<T, T>) diffattn::detail::diff_attention<T, T>;      \
-    PREFIX template decltype(diffattn::detail::dint_attention<T, T>) diffattn::detail::dint_attention<T, T>;
+    PREFIX template decltype(diffattn::detail::dint_attention<T, T>) diffattn::detail::dint_attention<T, T>;      \
+    PREFIX template decltype(diffattn::detail::gda_attention<T, T>) diffattn::detail::gda_attention<T, T>;
 
 // Not with clang: clang 14 mangles a kernel whose key/value scalar S is a second template
 // parameter differently where it is called (f<T, S>) and where it is instantiated explicitly

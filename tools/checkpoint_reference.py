@@ -6,7 +6,11 @@ families, read unchanged from a Hugging Face style directory (docs/checkpoints.m
     `configuration_diffllama.py`, rotary frequencies of `modeling_rope_utils.py`);
   * Motif (the vanilla differential attention of Motif-2.6B, `modeling_motif.py`, as ported in
     vLLM `model_executor/models/motif.py` + `attention/backends/differential_flash_attn.py` +
-    `layers/layernorm.py::PolyNorm` and in mlx-motif `model.py`).
+    `layers/layernorm.py::PolyNorm` and in mlx-motif `model.py`);
+  * Motif-2 (`num_noise_heads`: grouped differential attention, Motif-2-12.7B), as Motif's own
+    vLLM fork runs it (MotifTechnologies/vllm branch `motif`: `model_executor/models/motif.py`
+    `MotifAttention`, `v1/attention/backends/grouped_diff_attn.py`
+    `GroupedDifferentialAttentionImpl`) and mlx-motif `model.py` `_forward_grouped`.
 
 Written from reading those sources (no code copied). Everything is float64, one sequence at a
 time, attention matrices materialised. Used by tools/make_checkpoint_goldens.py.
@@ -14,8 +18,10 @@ time, attention matrices materialised. Used by tools/make_checkpoint_goldens.py.
 Structure follows upstream on purpose: `diffllama_attention` mirrors the transformers eager
 forward (repeat_kv, value halves concatenated, one softmax over all query heads, output halves
 subtracted), `motif_attention` mirrors the vLLM differential backend (stripe split of q/k/v into
-even/odd heads, four attention calls). The generator cross-checks both against an explicit
-per-pair loop written from docs/checkpoints.md.
+even/odd heads, four attention calls), `motif_gda_attention` the grouped backend (query heads
+split into groups with the noise head last, k/v stripe-split, four attention calls, the noise
+outputs repeated over their groups). The generator cross-checks each against an explicit
+per-pair or per-group loop written from docs/checkpoints.md.
 """
 
 import json
@@ -115,11 +121,16 @@ def resolve_config(cfg):
     H = _positive_int(cfg, "num_attention_heads")
     Hkv = cfg.get("num_key_value_heads")
     Hkv = H if Hkv is None else Hkv
-    if not isinstance(Hkv, int) or Hkv <= 0 or H % Hkv:
-        raise Refused("num_key_value_heads %r must divide num_attention_heads %d" % (Hkv, H))
-    if H % 2 or Hkv % 2:
-        raise Refused("num_attention_heads %d and num_key_value_heads %d must be even" % (H, Hkv))
+    grouped = fam == "motif" and cfg.get("num_noise_heads") is not None
+    if not isinstance(Hkv, int) or isinstance(Hkv, bool) or Hkv <= 0:
+        raise Refused("num_key_value_heads %r must be a positive integer" % (Hkv,))
+    if not grouped:
+        if H % Hkv:
+            raise Refused("num_key_value_heads %r must divide num_attention_heads %d" % (Hkv, H))
+        if H % 2 or Hkv % 2:
+            raise Refused("num_attention_heads %d and num_key_value_heads %d must be even" % (H, Hkv))
     rc = {"family": fam, "hidden_size": D, "num_attention_heads": H, "num_key_value_heads": Hkv,
+          "grouped": grouped,
           "num_hidden_layers": _positive_int(cfg, "num_hidden_layers"),
           "intermediate_size": _positive_int(cfg, "intermediate_size"),
           "vocab_size": _positive_int(cfg, "vocab_size"),
@@ -136,22 +147,29 @@ def resolve_config(cfg):
         rc["rms_norm_eps"] = float(cfg.get("rms_norm_eps", 1e-5))
         rc["groupnorm_eps"] = rc["rms_norm_eps"]
     else:
-        if D % H:
-            raise Refused("motif: hidden_size %d not divisible by num_attention_heads %d" % (D, H))
-        hd = D // H
-        if cfg.get("head_dim") is not None and cfg["head_dim"] != hd:
-            raise Refused("motif: head_dim %r differs from hidden_size / num_attention_heads %d"
-                          % (cfg["head_dim"], hd))
+        if grouped:
+            hd = grouped_heads(cfg, rc)
+        else:
+            if D % H:
+                raise Refused("motif: hidden_size %d not divisible by num_attention_heads %d"
+                              % (D, H))
+            hd = D // H
+            if cfg.get("head_dim") is not None and cfg["head_dim"] != hd:
+                raise Refused("motif: head_dim %r differs from hidden_size / num_attention_heads %d"
+                              % (cfg["head_dim"], hd))
         if hd % 2:
             raise Refused("motif: head dim %d must be even" % hd)
+        k_ratio = cfg.get("k_ratio")
+        if k_ratio is not None and (not isinstance(k_ratio, int) or isinstance(k_ratio, bool)
+                                    or k_ratio != 1):
+            # vLLM's MotifConfig stores k_ratio, its MotifAttention never reads it; only mlx-motif
+            # gives other values a meaning: nothing released pins it
+            raise Refused("motif: k_ratio %r is not supported (only 1)" % (k_ratio,))
         if cfg.get("hidden_act") != "poly_norm":
             raise Refused("motif: hidden_act %r is not poly_norm" % (cfg.get("hidden_act"),))
         for key in ("attention_bias", "use_bias", "qkv_bias"):
             if cfg.get(key, False):
                 raise Refused("motif: %s true is not supported" % key)
-        if cfg.get("num_noise_heads") is not None:
-            raise Refused("motif: num_noise_heads (grouped differential attention) is not "
-                          "supported")
         for key in ("rms_norm_eps", "attn_rms_norm_eps"):
             if not isinstance(cfg.get(key), (int, float)) or isinstance(cfg.get(key), bool):
                 raise Refused("motif: %s is required" % key)
@@ -160,6 +178,33 @@ def resolve_config(cfg):
     rc["head_dim"] = hd
     rc["rope"] = resolve_rope(cfg, hd)
     return rc
+
+
+def grouped_heads(cfg, rc):
+    """Motif-2's head topology (vLLM MotifAttention.__init__ and the asserts of
+    GroupedDifferentialAttentionImpl.__init__; mlx-motif ModelArgs._validate_grouped_head_topology):
+    Hn noise heads, each closing a group of H / Hn query heads (Hn < H, Hn | H); an even number
+    of kv heads, whose Hkv / 2 pairs each serve whole groups (Hkv / 2 | Hn); head_dim given
+    (vLLM raises without it). Sets rc["num_noise_heads"], returns the head width."""
+    H, Hkv = rc["num_attention_heads"], rc["num_key_value_heads"]
+    Hn = cfg["num_noise_heads"]
+    if not isinstance(Hn, int) or isinstance(Hn, bool) or Hn <= 0:
+        raise Refused("motif: num_noise_heads %r must be a positive integer" % (Hn,))
+    if Hn >= H or H % Hn:
+        raise Refused("motif: num_noise_heads %d must be less than and divide "
+                      "num_attention_heads %d" % (Hn, H))
+    if Hkv % 2:
+        raise Refused("motif: num_key_value_heads %d must be even" % Hkv)
+    if Hn % (Hkv // 2):
+        raise Refused("motif: num_noise_heads %d must be a multiple of num_key_value_heads / 2 = %d"
+                      % (Hn, Hkv // 2))
+    hd = cfg.get("head_dim")
+    if hd is None:
+        raise Refused("motif: head_dim is required with num_noise_heads")
+    if not isinstance(hd, int) or isinstance(hd, bool) or hd <= 0:
+        raise Refused("motif: head_dim %r must be a positive integer" % (hd,))
+    rc["num_noise_heads"] = Hn
+    return hd
 
 
 # --------------------------------------------------------------------------------------------
@@ -178,7 +223,9 @@ def expected_shapes(rc):
         s[p + "self_attn.q_proj.weight"] = [H * hd, D]
         s[p + "self_attn.k_proj.weight"] = [Hkv * hd, D]
         s[p + "self_attn.v_proj.weight"] = [Hkv * hd, D]
-        s[p + "self_attn.o_proj.weight"] = [D, H * hd]
+        # Motif-2: o_proj reads 2 hd per signal head (vLLM MotifAttention: 2 (H - Hn) hd)
+        signal = H - rc["num_noise_heads"] if rc.get("grouped") else H // 2
+        s[p + "self_attn.o_proj.weight"] = [D, 2 * signal * hd]
         for lam in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
             s[p + "self_attn." + lam] = [hd]
         if rc["family"] == "motif":
@@ -432,6 +479,35 @@ def motif_attention(x, p, rc, layer_idx, positions):
     return TR.linear(a, p["self_attn.o_proj.weight"])
 
 
+def motif_gda_attention(x, p, rc, layer_idx, positions):
+    """Motif-2 grouped differential attention (vLLM GroupedDifferentialAttentionImpl.forward):
+    the H query heads in Hn groups of gr + 1 = H / Hn, the first gr of each group signal heads
+    (q1) and the last its noise head (q2) (split_q_heads); even kv heads k1, v1 and odd ones k2,
+    v2 (split_heads); attn1 = [attn(q1,k1,v1), attn(q1,k1,v2)], attn2 = [attn(q2,k2,v1),
+    attn(q2,k2,v2)] with flash-attn's GQA; attn2 repeated over each group's gr signal heads
+    (`repeat(... H D -> ... (H r) D)`: noise head g serves signal heads g gr .. g gr + gr - 1);
+    attn1 - lambda attn2, subln (weight, eps attn_rms_norm_eps), times (1 - lambda_init) of
+    layer_idx - 1; signal head a's 2 hd outputs at o_proj input columns [2 hd a, 2 hd (a + 1))."""
+    T = x.shape[0]
+    H, Hn, hd = rc["num_attention_heads"], rc["num_noise_heads"], rc["head_dim"]
+    group = H // Hn
+    gr = group - 1
+    q, k, v = _project(x, p, rc, positions)
+    qg = q.view(Hn, group, T, hd)
+    q1 = qg[:, :gr].reshape(Hn * gr, T, hd)  # signal heads, group by group
+    q2 = qg[:, gr]                          # [Hn, T, hd] noise heads
+    k1, k2 = k[0::2], k[1::2]
+    v1, v2 = v[0::2], v[1::2]
+    attn1 = torch.cat([_gqa_attention(q1, k1, v1, hd), _gqa_attention(q1, k1, v2, hd)], dim=-1)
+    attn2 = torch.cat([_gqa_attention(q2, k2, v1, hd), _gqa_attention(q2, k2, v2, hd)], dim=-1)
+    attn2 = attn2.repeat_interleave(gr, dim=0)  # [Hn * gr, T, 2hd]
+    init = layer_lambda_init(rc, layer_idx)
+    a = attn1 - lambda_full(_attn(p), init) * attn2
+    a = TR.rms_norm(a, p["self_attn.subln.weight"], rc["attn_rms_norm_eps"]) * (1 - init)
+    a = a.transpose(0, 1).reshape(T, -1)  # 'H (two D) -> (H two) D' then flatten: head-major
+    return TR.linear(a, p["self_attn.o_proj.weight"])
+
+
 # --------------------------------------------------------------------------------------------
 # MLP, decoder, model
 # --------------------------------------------------------------------------------------------
@@ -454,7 +530,8 @@ def forward(tokens, params, rc, attention=None, mlp_fn=None):
     """logits [T, V] of a full causal forward over `tokens` at positions 0..T-1.
     `attention(x, layer_params, rc, layer_idx, positions)` and `mlp_fn(x, layer_params, rc)`
     replace the family's functions (the generator's convention checks use this)."""
-    attention = attention or ATTENTION[rc["family"]]
+    attention = attention or (motif_gda_attention if rc.get("grouped")
+                              else ATTENTION[rc["family"]])
     mlp_fn = mlp_fn or mlp
     eps = rc["rms_norm_eps"]
     positions = torch.arange(len(tokens))

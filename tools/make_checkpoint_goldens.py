@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Build tests/data/checkpoints/: tiny random DiffLlama and Motif checkpoint directories laid
-out as the Hugging Face Hub ships them, with float64 goldens from tools/checkpoint_reference.py.
+"""Build tests/data/checkpoints/: tiny random DiffLlama, Motif and Motif-2 (grouped differential
+attention) checkpoint directories laid out as the Hugging Face Hub ships them, with float64
+goldens from tools/checkpoint_reference.py.
 
     nice /usr/bin/python3 tools/make_checkpoint_goldens.py   (from anywhere; Debian python3-torch)
 
@@ -11,7 +12,7 @@ one thing wrong each, plus control_valid). Deterministic (seeded). Every run re-
   * the directory reads back through the reference loader (shard rules, names, shapes) and
     the golden is computed from the stored (rounded) values;
   * the upstream-structured attention of checkpoint_reference.py equals an explicit per-pair
-    loop written from docs/checkpoints.md (to 1e-12);
+    (Motif-2: per-group) loop written from docs/checkpoints.md (to 1e-12);
   * greedy steps equal the rows of one full forward over prompt + continuation (causality);
   * every convention flip listed by `flips` changes the logits by more than FLIP_MIN;
   * the reference refuses every config of REFUSED_CONFIGS and every refused/ directory.
@@ -74,6 +75,15 @@ def motif_config(**kw):
     return {k: c[k] for k in sorted(c) if c[k] is not DROP}
 
 
+def motif2_config(**kw):
+    """config.json of a Motif-2-12.7B style checkpoint: Motif's keys plus num_noise_heads, k_ratio
+    and head_dim (grouped differential attention)."""
+    c = motif_config(num_attention_heads=10, num_noise_heads=2, num_key_value_heads=4, head_dim=8,
+                     k_ratio=1, transformers_version="4.51.3", rope_theta=50000.0)
+    c.update(kw)
+    return {k: c[k] for k in sorted(c) if c[k] is not DROP}
+
+
 DROP = object()  # marks a key left out of config.json
 
 # name: config, seed, prompt length T, new tokens K, dtype, shards, eos plan, init knobs, text
@@ -127,6 +137,29 @@ DIRS = [
      "eos list hit early. rms_norm_eps 1e-5 and attn_rms_norm_eps 1e-6 (swapped from the "
      "usual) with tiny v_proj and gate_proj weights so that subln's eps and PolyNorm's fixed "
      "eps 1e-6 matter"),
+    ("motif2_gda_r4_f32",
+     motif2_config(),
+     3101, 14, 8, "F32", 1, "none", {"inv_freq": True},
+     "Motif-2 grouped differential attention as Motif-2-12.7B lays it out (4 signal heads per noise "
+     "head): H = 10 query heads in 2 groups of 5 (4 signal + 1 noise), Hkv = 4 (2 kv pairs, a group "
+     "each), head_dim 8 given (q_proj 32->80, o_proj 128->32), k_ratio 1, rope_theta 50000, F32, one "
+     "file, untied, inv_freq buffers to ignore"),
+    ("motif2_gda_r2_bf16_tied_sharded",
+     motif2_config(num_attention_heads=12, num_noise_heads=4, num_key_value_heads=4, head_dim=4,
+                   tie_word_embeddings=True, torch_dtype="bfloat16", rms_norm_eps=1e-05,
+                   attn_rms_norm_eps=1e-06, eos_token_id=5, k_ratio=DROP),
+     3105, 13, 8, "BF16", 3, "list_hit", {"v_scale": 0.003, "gate_scale": 0.06},
+     "Motif-2 with 2 signal heads per noise head: H = 12 in 4 groups of 3, Hkv = 4 (2 kv pairs, "
+     "each serving 2 groups: GQA over the groups), head_dim 4 with hidden/H not an integer, tied "
+     "embeddings, BF16 except lambda_* F32, three shards; eos list hit early; rms_norm_eps 1e-5 and "
+     "attn_rms_norm_eps 1e-6 with tiny v_proj and gate_proj weights so subln's eps and PolyNorm's "
+     "matter; no k_ratio key"),
+    ("motif2_gda_r3_kv2_f32_sharded",
+     motif2_config(num_attention_heads=8, num_noise_heads=2, num_key_value_heads=2, head_dim=6,
+                   rope_theta=10000.0),
+     3103, 15, 8, "F32", 2, "none", {},
+     "Motif-2 with 3 signal heads per noise head: H = 8 in 2 groups of 4, Hkv = 2 (one kv pair "
+     "for both groups), head_dim 6, F32, two shards, untied"),
     ("diffllama_text",
      diffllama_config(vocab_size=821, bos_token_id=810, eos_token_id=811, num_key_value_heads=2,
                       max_position_embeddings=128),
@@ -284,41 +317,52 @@ def interleaved_rope(x, positions, freqs):
     return y
 
 
+def conv_projections(conv, x, p, rc, layer_idx, positions):
+    """What both loops start from, under the conventions `conv`: q [T, H, hd], k and v
+    [T, Hkv, hd] (rotary on q and k), lambda_init and lambda, the causal mask, the score scale."""
+    T = x.shape[0]
+    H, Hkv, hd = rc["num_attention_heads"], rc["num_key_value_heads"], rc["head_dim"]
+    q = TR.linear(x, p["self_attn.q_proj.weight"]).view(T, H, hd)
+    k = TR.linear(x, p["self_attn.k_proj.weight"]).view(T, Hkv, hd)
+    v = TR.linear(x, p["self_attn.v_proj.weight"]).view(T, Hkv, hd)
+    freqs = CR.inv_freq(conv["rope"])
+    if conv["rotary"] == "rotate_half":
+        cos, sin = CR.rope_cos_sin(positions, freqs)
+        q = CR.apply_rope(q.transpose(0, 1), cos, sin).transpose(0, 1)
+        k = CR.apply_rope(k.transpose(0, 1), cos, sin).transpose(0, 1)
+    else:
+        q, k = interleaved_rope(q, positions, freqs), interleaved_rope(k, positions, freqs)
+    init = CR.lambda_init(layer_idx + conv["depth_offset"])
+    lam = CR.lambda_full(CR._attn(p), init) if conv["lambda_vectors"] \
+        else torch.tensor(init, dtype=DT)
+    allowed = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    scale = 1.0 / math.sqrt(conv["scale_width"] * hd)
+    return q, k, v, init, lam, allowed, scale
+
+
+def conv_head_norm(conv, o, p, init):
+    """A head's output after the per-pair norm under `conv`: RMSNorm over 2hd (eps, weight or
+    not), then (1 - lambda_init) or not."""
+    o = CR.rms_norm_noweight(o, conv["subln_eps"])
+    if conv["subln_weight"]:
+        o = o * p["self_attn.subln.weight"]
+    return o * (1 - init) if conv["one_minus_init"] else o
+
+
 def loop_attention(conv):
     """Differential attention written pair by pair from docs/checkpoints.md, with every
     convention a parameter."""
     def attn(x, p, rc, layer_idx, positions):
-        T = x.shape[0]
-        H, Hkv, hd = rc["num_attention_heads"], rc["num_key_value_heads"], rc["head_dim"]
+        H, Hkv = rc["num_attention_heads"], rc["num_key_value_heads"]
         P, rep = H // 2, H // Hkv
-        q = TR.linear(x, p["self_attn.q_proj.weight"]).view(T, H, hd)
-        k = TR.linear(x, p["self_attn.k_proj.weight"]).view(T, Hkv, hd)
-        v = TR.linear(x, p["self_attn.v_proj.weight"]).view(T, Hkv, hd)
-        freqs = CR.inv_freq(conv["rope"])
-        if conv["rotary"] == "rotate_half":
-            cos, sin = CR.rope_cos_sin(positions, freqs)
-            q = CR.apply_rope(q.transpose(0, 1), cos, sin).transpose(0, 1)
-            k = CR.apply_rope(k.transpose(0, 1), cos, sin).transpose(0, 1)
-        else:
-            q, k = interleaved_rope(q, positions, freqs), interleaved_rope(k, positions, freqs)
-        init = CR.lambda_init(layer_idx + conv["depth_offset"])
-        lam = CR.lambda_full(CR._attn(p), init) if conv["lambda_vectors"] \
-            else torch.tensor(init, dtype=DT)
-        allowed = torch.tril(torch.ones(T, T, dtype=torch.bool))
-        scale = 1.0 / math.sqrt(conv["scale_width"] * hd)
+        q, k, v, init, lam, allowed, scale = conv_projections(conv, x, p, rc, layer_idx, positions)
         outs = []
         for j in range(P):
             (qa, qb), (ka, kb), (va, vb) = pair_heads(conv, j, P, rep, Hkv)
             a1 = TR.masked_softmax(scale * q[:, qa] @ k[:, ka].T, allowed)
             a2 = TR.masked_softmax(scale * q[:, qb] @ k[:, kb].T, allowed)
             val = torch.cat([v[:, va], v[:, vb]], dim=-1)
-            o = (a1 - lam * a2) @ val
-            o = CR.rms_norm_noweight(o, conv["subln_eps"])
-            if conv["subln_weight"]:
-                o = o * p["self_attn.subln.weight"]
-            if conv["one_minus_init"]:
-                o = o * (1 - init)
-            outs.append(o)
+            outs.append(conv_head_norm(conv, (a1 - lam * a2) @ val, p, init))
         return TR.linear(torch.cat(outs, dim=-1), p["self_attn.o_proj.weight"])
     return attn
 
@@ -408,6 +452,122 @@ def flips(name, rc):
             else rc["attn_rms_norm_eps"]
         out.append(("PolyNorm eps %g instead of 1e-6" % alt_eps, {},
                     mlp_variant("polynorm", alt_eps), tiny))
+    return out
+
+
+# ============================================================================================
+# Motif-2: the per-group loop (docs/checkpoints.md) and its convention flips
+# ============================================================================================
+def gda_default_conv(rc):
+    return {
+        "noise": "last",             # the noise head's place in its group of q_proj heads
+        "q_layout": "groups",        # q_proj heads group by group; origin_first: signal heads, then noise heads
+        "kv_split": "stripe",        # map 1 reads kv head 2c, map 2 kv head 2c + 1; halves: c, c + Hkv/2
+        "value_order": "maps",       # the value of kv pair c is [v(2c) ; v(2c + 1)]; swapped: the reverse
+        "broadcast": "interleave",   # signal head a subtracts noise head a // gr; tile: a % Hn
+        "kv_of_group": "div",        # group g reads kv pair g // (Hn / pairs); mod: g % pairs
+        "out_layout": "head_major",  # o_proj input: head a at [2hd a, 2hd (a + 1)); half_major: halves apart
+        "rotary": "rotate_half",
+        "rope": rc["rope"],
+        "subln_weight": True,
+        "subln_eps": rc["attn_rms_norm_eps"],
+        "depth_offset": -1,
+        "one_minus_init": True,
+        "lambda_vectors": True,
+        "scale_width": 1,
+    }
+
+
+def gda_loop_attention(conv):
+    """Grouped differential attention written group by group from docs/checkpoints.md
+    ('Motif-2'), every convention a parameter: group g's gr signal heads and its noise head over
+    kv pair c(g); signal head a = g gr + i outputs A1_a V_c - lambda A2 V_c (the noise head's
+    output of the group `broadcast` names), then subln, (1 - lambda_init), o_proj."""
+    def attn(x, p, rc, layer_idx, positions):
+        H, Hn, Hkv, hd = rc["num_attention_heads"], rc["num_noise_heads"], \
+            rc["num_key_value_heads"], rc["head_dim"]
+        gr, pairs = H // Hn - 1, Hkv // 2
+        q, k, v, init, lam, allowed, scale = conv_projections(conv, x, p, rc, layer_idx, positions)
+
+        def q_head(g, i):  # i < gr: signal head i of group g; i == gr: its noise head
+            if conv["q_layout"] == "origin_first":
+                return g * gr + i if i < gr else Hn * gr + g
+            place = i if conv["noise"] == "last" else (i + 1) % (gr + 1)
+            return g * (gr + 1) + place
+
+        def kv_pair(g):
+            return g // (Hn // pairs) if conv["kv_of_group"] == "div" else g % pairs
+
+        def kv_heads(c):  # (map 1's kv head, map 2's kv head) of pair c
+            return (2 * c, 2 * c + 1) if conv["kv_split"] == "stripe" else (c, c + pairs)
+
+        def value(c):
+            a, b = kv_heads(c)
+            if conv["value_order"] == "swapped":
+                a, b = b, a
+            return torch.cat([v[:, a], v[:, b]], dim=-1)
+
+        noise_out = []
+        for g in range(Hn):
+            c = kv_pair(g)
+            a2 = TR.masked_softmax(scale * q[:, q_head(g, gr)] @ k[:, kv_heads(c)[1]].T, allowed)
+            noise_out.append(a2 @ value(c))
+        outs = []
+        for a in range(Hn * gr):
+            g, i = a // gr, a % gr
+            c = kv_pair(g)
+            a1 = TR.masked_softmax(scale * q[:, q_head(g, i)] @ k[:, kv_heads(c)[0]].T, allowed)
+            noise = noise_out[g if conv["broadcast"] == "interleave" else a % Hn]
+            outs.append(conv_head_norm(conv, a1 @ value(c) - lam * noise, p, init))
+        if conv["out_layout"] == "half_major":
+            outs = [o[:, :hd] for o in outs] + [o[:, hd:] for o in outs]
+        return TR.linear(torch.cat(outs, dim=-1), p["self_attn.o_proj.weight"])
+    return attn
+
+
+def gda_flips(name, rc):
+    """flips() for a Motif-2 directory: (label, conv changes, mlp replacement or None,
+    asserted), each one a change in this geometry."""
+    H, Hn, Hkv = rc["num_attention_heads"], rc["num_noise_heads"], rc["num_key_value_heads"]
+    pairs = Hkv // 2
+    out = [
+        ("noise head first in its group of q_proj heads (instead of last)", {"noise": "first"},
+         None, True),
+        ("q_proj read signal heads first, then noise heads (mlx fuse_qkv's permuted order)",
+         {"q_layout": "origin_first"}, None, True),
+        ("value halves swapped ([v(2c+1) ; v(2c)])", {"value_order": "swapped"}, None, True),
+        ("noise outputs tiled over the signal heads (a % Hn instead of a / gr)",
+         {"broadcast": "tile"}, None, True),
+        ("o_proj input: first halves of every head, then second halves",
+         {"out_layout": "half_major"}, None, True),
+        ("rotary interleaved pairs instead of rotate_half", {"rotary": "interleaved"}, None, True),
+        ("lambda_init depth i (no shift)", {"depth_offset": 0}, None, True),
+        ("no (1 - lambda_init) factor", {"one_minus_init": False}, None, True),
+        ("lambda = lambda_init (lambda vectors ignored)", {"lambda_vectors": False}, None, True),
+        ("score scale 1/sqrt(2 hd)", {"scale_width": 2}, None, True),
+        ("subln weight ignored (weightless norm)", {"subln_weight": False}, None, True),
+        ("MLP SwiGLU instead of PolyNorm", {}, mlp_variant("swiglu"), True),
+        ("PolyNorm weights reversed (w0 with z, w2 with z^3)", {},
+         mlp_variant("polynorm_reversed"), True),
+    ]
+    if pairs > 1:
+        out.append(("kv heads split in halves (map 1 kv head c, map 2 c + Hkv/2) instead of "
+                    "even / odd", {"kv_split": "halves"}, None, True))
+    if pairs > 1 and Hn // pairs > 1:
+        out.append(("group g reads kv pair g % pairs instead of g / (Hn / pairs)",
+                    {"kv_of_group": "mod"}, None, True))
+    if rc["rope"]["rope_theta"] != 10000.0:
+        out.append(("rope_theta 10000 (config's %g ignored)" % rc["rope"]["rope_theta"],
+                    {"rope": dict(rc["rope"], rope_theta=10000.0)}, None, True))
+    tiny = name == "motif2_gda_r2_bf16_tied_sharded"
+    if rc["rms_norm_eps"] != rc["attn_rms_norm_eps"]:
+        out.append(("subln eps rms_norm_eps %g instead of attn_rms_norm_eps %g"
+                    % (rc["rms_norm_eps"], rc["attn_rms_norm_eps"]),
+                    {"subln_eps": rc["rms_norm_eps"]}, None, tiny))
+    alt_eps = rc["rms_norm_eps"] if rc["rms_norm_eps"] != CR.POLYNORM_EPS \
+        else rc["attn_rms_norm_eps"]
+    out.append(("PolyNorm eps %g instead of 1e-6" % alt_eps, {}, mlp_variant("polynorm", alt_eps),
+                tiny))
     return out
 
 
@@ -543,11 +703,13 @@ def build(name, cfg, seed, T, K, dtype, shards, eos_plan, knobs, desc):
           maxabs(full[T - 1:T - 1 + len(gen)], gen_rows) < 1e-12 and
           maxabs(full[:T], logits) < 1e-12)
 
-    # ---- the upstream-structured attention equals the per-pair loop of the docs ----
-    conv0 = default_conv(rc2)
-    loop = CR.forward(prompt, p64, rc2, attention=loop_attention(conv0))
-    check("%s: upstream structure == per-pair loop" % name, maxabs(loop, logits) < 1e-12,
-          "%.2e" % maxabs(loop, logits))
+    # ---- the upstream-structured attention equals the per-pair (per-group) loop of the docs ----
+    grouped = rc2["grouped"]
+    conv0 = gda_default_conv(rc2) if grouped else default_conv(rc2)
+    loop_fn = gda_loop_attention if grouped else loop_attention
+    loop = CR.forward(prompt, p64, rc2, attention=loop_fn(conv0))
+    check("%s: upstream structure == per-%s loop" % (name, "group" if grouped else "pair"),
+          maxabs(loop, logits) < 1e-12, "%.2e" % maxabs(loop, logits))
     if rc2["family"] == "diffllama":
         two = CR.forward(prompt, p64, rc2, attention=diffllama_two_call_attention)
         check("%s: transformers 4 eager == transformers 5 two-call layout" % name,
@@ -560,11 +722,11 @@ def build(name, cfg, seed, T, K, dtype, shards, eos_plan, knobs, desc):
     def heads(conv):
         return [pair_heads(conv, j, H // 2, H // Hkv, Hkv) for j in range(H // 2)]
 
-    for label, change, mlp_fn, asserted in flips(name, rc2):
-        if change and set(change) <= {"pairing", "kv_map"} \
+    for label, change, mlp_fn, asserted in (gda_flips if grouped else flips)(name, rc2):
+        if not grouped and change and set(change) <= {"pairing", "kv_map"} \
                 and heads(dict(conv0, **change)) == heads(conv0):
             continue  # the same heads in this geometry: nothing to detect here
-        alt = CR.forward(prompt, p64, rc2, attention=loop_attention(dict(conv0, **change)),
+        alt = CR.forward(prompt, p64, rc2, attention=loop_fn(dict(conv0, **change)),
                          mlp_fn=mlp_fn)
         sens.append((label, maxabs(alt, logits), asserted))
     if not rc2["tie_word_embeddings"]:
@@ -638,12 +800,15 @@ def rope_checks():
 
 
 def tiny_config(family, **kw):
-    """The base of the must-refuse directories: D = 8, H = Hkv = 2, hd = 4, one layer, V = 16."""
-    make = diffllama_config if family == "diffllama" else motif_config
+    """The base of the must-refuse directories: D = 8, H = Hkv = 2, hd = 4, one layer, V = 16;
+    Motif-2 ("motif2"): H = 3 in one group (2 signal heads + 1 noise head), Hkv = 2, hd = 4."""
+    make = {"diffllama": diffllama_config, "motif": motif_config, "motif2": motif2_config}[family]
     c = make(hidden_size=8, num_attention_heads=2, num_key_value_heads=2, num_hidden_layers=1,
              intermediate_size=8, vocab_size=16, max_position_embeddings=32)
     if family == "diffllama":
         c["head_dim"] = 4
+    if family == "motif2":
+        c.update(num_attention_heads=3, num_noise_heads=1, head_dim=4)
     c.update(kw)
     return {k: c[k] for k in sorted(c) if c[k] is not DROP}
 
@@ -693,8 +858,20 @@ REFUSED_CONFIGS = [
     ("motif_qkv_bias", tiny_config("motif", qkv_bias=True), "qkv_bias true"),
     ("motif_hidden_act_silu", tiny_config("motif", hidden_act="silu"), "hidden_act silu"),
     ("motif_without_hidden_act", tiny_config("motif", hidden_act=DROP), "hidden_act absent"),
-    ("motif_num_noise_heads", tiny_config("motif", num_noise_heads=1),
-     "num_noise_heads (grouped differential attention)"),
+    ("motif2_without_head_dim", tiny_config("motif2", head_dim=DROP),
+     "num_noise_heads without head_dim (vLLM MotifAttention raises)"),
+    ("motif2_zero_noise_heads", tiny_config("motif2", num_noise_heads=0), "num_noise_heads 0"),
+    ("motif2_noise_heads_not_dividing", tiny_config("motif2", num_attention_heads=4,
+                                                    num_noise_heads=3),
+     "num_noise_heads 3 does not divide num_attention_heads 4"),
+    ("motif2_only_noise_heads", tiny_config("motif2", num_noise_heads=3),
+     "num_noise_heads 3 = num_attention_heads: no signal head"),
+    ("motif2_odd_kv_heads", tiny_config("motif2", num_key_value_heads=1),
+     "num_key_value_heads 1 (odd: no kv pair)"),
+    ("motif2_kv_pairs_not_dividing_groups",
+     tiny_config("motif2", num_attention_heads=6, num_noise_heads=2, num_key_value_heads=6),
+     "3 kv pairs for 2 groups (num_noise_heads 2 not a multiple of num_key_value_heads / 2)"),
+    ("motif2_k_ratio_2", tiny_config("motif2", k_ratio=2), "k_ratio 2 (no released semantics)"),
     ("motif_head_dim_mismatch", tiny_config("motif", head_dim=8),
      "head_dim 8 != hidden_size / num_attention_heads = 4"),
     ("motif_without_attn_rms_norm_eps", tiny_config("motif", attn_rms_norm_eps=DROP),
@@ -738,7 +915,7 @@ def config_checks():
                            "rope_scaling": {k: v for k, v in LLAMA3.items()
                                             if k != "original_max_position_embeddings"}},
                           8)["original_max_position_embeddings"] == 64)
-    for fam in ("diffllama", "motif"):
+    for fam in ("diffllama", "motif", "motif2"):
         CR.resolve_config(tiny_config(fam))  # the bases themselves are fine
     for case, cfg, why in REFUSED_CONFIGS:
         check("refused: %s (%s)" % (case, why), refuses(CR.resolve_config, cfg))
@@ -806,6 +983,14 @@ def refused_file_cases():
         ("motif_missing_act_fn_bias", "motif",
          single(lambda t: t.pop("model.layers.0.mlp.act_fn.bias")),
          "Motif checkpoint without mlp.act_fn.bias"),
+        ("motif2_missing_subln", "motif2",
+         single(lambda t: t.pop("model.layers.0.self_attn.subln.weight")),
+         "Motif-2 checkpoint without self_attn.subln.weight"),
+        ("motif2_o_proj_misshapen", "motif2",
+         single(lambda t: t.update({"model.layers.0.self_attn.o_proj.weight":
+                                    torch.zeros(8, 12, dtype=DT)})),
+         "Motif-2 o_proj of shape [8, 12] (num_attention_heads x head_dim) instead of [8, 16] "
+         "(2 x signal heads x head_dim)"),
         ("tied_with_lm_head", "diffllama_tied",
          single(lambda t: t.update({"lm_head.weight": t[emb].clone()})),
          "tie_word_embeddings true and an lm_head.weight tensor"),
@@ -845,7 +1030,8 @@ def write_refused():
         write_json(os.path.join(d, "config.json"), cfg)
         check("refused dir %s: config refused" % case, refuses(CR.resolve_config, cfg))
         # weights of the unmutated base, so only config.json is wrong
-        _, t = _tiny_weights("motif" if case.startswith("motif") else "diffllama")
+        _, t = _tiny_weights("motif2" if case.startswith("motif2") else
+                             "motif" if case.startswith("motif") else "diffllama")
         TR.write_safetensors(os.path.join(d, CR.SINGLE_FILE), t, metadata={"format": "pt"})
         rows.append((case, "ConfigError", why))
     for case, fam, writer, why in refused_file_cases():
@@ -869,7 +1055,8 @@ def write_refused():
              "",
              "Written by tools/make_checkpoint_goldens.py; rules in docs/checkpoints.md",
              "('Refused', 'Files'). Each is a tiny DiffLlama or Motif checkpoint (hidden 8, 2 heads of",
-             "width 4, one layer, vocab 16, F32) with one thing wrong; the reference loader",
+             "width 4, one layer, vocab 16, F32; `motif2_*`: Motif-2, 3 query heads in one group of 2",
+             "signal heads and a noise head, 2 kv heads, head_dim 4) with one thing wrong; the reference loader",
              "(tools/checkpoint_reference.py `load_checkpoint`) refuses every one of them, and reads",
              "`control_valid`, the unmutated DiffLlama base. Suggested exception: ConfigError when",
              "config.json is at fault, FileError when the files are.",
@@ -889,7 +1076,7 @@ def write_refused():
 def readme(results):
     L_ = []
     w = L_.append
-    w("# Golden checkpoints (DiffLlama, Motif)")
+    w("# Golden checkpoints (DiffLlama, Motif, Motif-2)")
     w("")
     w("Tiny random checkpoints laid out exactly as the Hugging Face Hub ships them, for the")
     w("released-checkpoint readers of docs/checkpoints.md (docs/math.md §8). Regenerate")
@@ -904,7 +1091,8 @@ def readme(results):
     w("Each directory holds")
     w("- `config.json`: the upstream keys (DiffLlama: model_type `diffllama`, architectures")
     w("  `[\"DiffLlamaForCausalLM\"]`; Motif: architectures `[\"MotifForCausalLM\"]`,")
-    w("  model_type `Motif`, auto_map of the remote code);")
+    w("  model_type `Motif`, auto_map of the remote code; Motif-2: Motif's keys with")
+    w("  `num_noise_heads`, `head_dim` and `k_ratio` 1, grouped differential attention);")
     w("- `generation_config.json`: bos/eos ids (eos an int, or a list);")
     w("- `model.safetensors`, or shards `model-0000k-of-0000n.safetensors` with")
     w("  `model.safetensors.index.json` ({\"metadata\": {\"total_size\"}, \"weight_map\"});")
@@ -922,15 +1110,18 @@ def readme(results):
     w("All: hidden_size %d, 2 layers, vocab %d, intermediate_size %d, rope_theta 10000 unless" %
       (D, V, I_SIZE))
     w("stated. lambda_init: DiffLlama layer i uses 0.8 - 0.6 exp(-0.3 i) (0.2, 0.35551); Motif")
-    w("uses 0.8 - 0.6 exp(-0.3 (i - 1)) (-0.0099071, 0.2).")
+    w("and Motif-2 use 0.8 - 0.6 exp(-0.3 (i - 1)) (-0.0099071, 0.2). The `H` column is the")
+    w("config's `num_attention_heads` (Motif-2: every query head, noise heads included; `Hn` the")
+    w("noise heads).")
     w("")
-    w("| directory | family | H | Hkv | hd | T | new | stored | files | params | covers |")
-    w("|---|---|---|---|---|---|---|---|---|---|---|")
+    w("| directory | family | H | Hn | Hkv | hd | T | new | stored | files | params | covers |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
         rc = r["rc"]
         stop = ", ends on eos" if r["stopped"] else ""
-        w("| `%s` | %s | %d | %d | %d | %d | %d%s | %s | %s | %d | %s |" % (
-            name, rc["family"], rc["num_attention_heads"], rc["num_key_value_heads"],
+        w("| `%s` | %s | %d | %s | %d | %d | %d | %d%s | %s | %s | %d | %s |" % (
+            name, "motif-2" if rc["grouped"] else rc["family"], rc["num_attention_heads"],
+            rc.get("num_noise_heads", "-"), rc["num_key_value_heads"],
             rc["head_dim"], r["T"], len(r["gen"]), stop, r["dtype"], len(r["files"]),
             r["nparams"], r["desc"]))
     w("")
@@ -950,6 +1141,7 @@ def readme(results):
         w("")
     w("Why some are not asserted: an eps only matters when the normalised vector is tiny; the")
     w("directories built for it (`diffllama_v5_rope_parameters`, `motif_gqa_bf16_sharded`,")
+    w("`motif2_gda_r2_bf16_tied_sharded`,")
     w("tiny v_proj / gate_proj weights) assert it, the others report it.")
     w("")
     w("Suggested tolerances: float64 reader 1e-9 absolute on logits; float32 reader 1e-4")

@@ -23,10 +23,9 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import retrieval_figures as F  # noqa: E402
+import retrieval_kinds as K  # noqa: E402
 import retrieval_model as M  # noqa: E402
 import torch_reference as R  # noqa: E402
-import train_retrieval as TR  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
 
@@ -37,9 +36,9 @@ def main():
                                                   "diffattn-forward"))
     ap.add_argument("--precision", default="float", choices=["float", "double"])
     ap.add_argument("--per-set", type=int, default=1, help="episodes per episode set")
-    ap.add_argument("--kinds", nargs="*", default=list(TR.KINDS))
-    ap.add_argument("--models", default=F.MODELS)
-    ap.add_argument("--data", default=F.DATA)
+    ap.add_argument("--kinds", nargs="*", default=K.NAMES)
+    ap.add_argument("--models", default=K.MODELS)
+    ap.add_argument("--data", default=K.DATA)
     args = ap.parse_args()
     with open(os.path.join(args.data, "episodes.json")) as f:
         sets = json.load(f)["sets"]
@@ -49,7 +48,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "logits.safetensors")
         for kind in args.kinds:
-            cfg, params = F.load_model(kind, torch.float64, args.models)
+            cfg, params = M.load_model(kind, torch.float64, args.models)
             worst = worst_rel = 0.0
             for e in episodes:
                 subprocess.run([args.exe, "--model", os.path.join(args.models, kind), "--tokens",

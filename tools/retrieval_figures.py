@@ -22,16 +22,13 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import retrieval_kinds as K  # noqa: E402
 import retrieval_model as M  # noqa: E402
-import torch_reference as R  # noqa: E402
-import train_retrieval as TR  # noqa: E402
-
-ROOT = os.path.dirname(HERE)
-DATA = os.path.join(ROOT, "tests", "data", "retrieval")
-MODELS = os.path.join(ROOT, "models", "retrieval")
+from retrieval_kinds import DATA, MODELS  # noqa: E402
 
 from retrieval_episodes import (ACC_EPISODES, ATT_EPISODES, CELLS, DEPTHS,  # noqa: E402
-                                EVAL_SEED, LENGTH_FACTORS, TABLE_EPISODES, make_sets, vocab)
+                                EVAL_SEED, LENGTH_FACTORS, TABLE_EPISODES, TRAIN_LEN, make_sets,
+                                vocab)
 import retrieval_episodes as E  # noqa: E402
 
 # Two rows whose float64 logits differ by less than this at the top are reported as near-ties
@@ -40,16 +37,12 @@ NEAR_TIE = 1e-3
 
 
 def load_model(kind, dtype, models=MODELS):
-    d = os.path.join(models, kind)
-    with open(os.path.join(d, "config.json")) as f:
-        cfg = json.load(f)
-    params, _, _ = R.read_safetensors(os.path.join(d, "model.safetensors"))
-    return M.full_config(cfg), {k: t.to(dtype) for k, t in params.items()}
+    return M.load_model(kind, dtype, models)
 
 
 def run_set(params, cfg, st, want_maps, batch):
     """Forward every episode of a set (all have the same length). Returns predicted ids, margins,
-    per-row correctness, and (want_maps) the attention measures [rows, layers, heads, 5]."""
+    per-row correctness, and (want_maps) each row's sums [layers, heads, len(SUMS)]."""
     eps = st["episodes"]
     preds, margins, right, measures = [], [], [], []
     for i in range(0, len(eps), batch):
@@ -75,31 +68,66 @@ def run_set(params, cfg, st, want_maps, batch):
     return preds, margins, right, measures
 
 
+# The sums of one combined row c over its visible keys j <= n (docs/analysis.md, "The measures").
+SUMS = ["row_sum", "abs_sum", "answer_mass", "answer_abs", "noise_mass", "noise_abs",
+        "noise_positive", "noise_negative", "negative_abs", "negatives", "visible", "one"]
+
+# The figures of the expected files: (numerator, denominator) sums, the figure of many rows being
+# sum(numerator) / sum(denominator) over the rows (docs/analysis.md, "Averaging and standard errors").
+FIGURES = {
+    "answer_share": ("answer_abs", "abs_sum"),
+    "noise_share": ("noise_abs", "abs_sum"),
+    "negative_share": ("negative_abs", "abs_sum"),
+    "answer_mass": ("answer_mass", "one"),
+    "noise_mass": ("noise_mass", "one"),
+    "noise_positive": ("noise_positive", "one"),
+    "noise_negative": ("noise_negative", "one"),
+    "row_sum": ("row_sum", "one"),
+    "answer_normalised": ("answer_mass", "row_sum"),
+    "noise_normalised": ("noise_mass", "row_sum"),
+    "negative_fraction": ("negatives", "visible"),
+}
+
+
 def row_measures(maps, b, n, answer, noise):
-    """docs/retrieval.md "Attention measure": for query row n of episode b, per layer and head,
-    [answer, noise, negative mass, negative fraction, row sum] of the combined map."""
+    """For query row n of episode b, per layer and head, the SUMS of the combined map's row."""
     out = []
     for m in maps:  # layer
-        row = m[b, :, n, :n + 1]  # [H, n+1]: the keys row n may see
-        S = row.sum(-1)
-        ans = row[:, answer].sum(-1) / S
-        noi = row[:, noise].sum(-1) / S
-        neg = row.clamp(max=0).sum(-1).neg() / S
-        negf = (row < 0).to(row.dtype).mean(-1)
-        out.append(torch.stack([ans, noi, neg, negf, S], dim=-1))
-    return torch.stack(out)  # [layers, H, 5]
+        c = m[b, :, n, :n + 1]  # [H, n+1]: the keys row n may see
+        a, z = c[:, answer], c[:, noise]
+        sums = {"row_sum": c.sum(-1), "abs_sum": c.abs().sum(-1),
+                "answer_mass": a.sum(-1), "answer_abs": a.abs().sum(-1),
+                "noise_mass": z.sum(-1), "noise_abs": z.abs().sum(-1),
+                "noise_positive": z.clamp(min=0).sum(-1), "noise_negative": z.clamp(max=0).sum(-1),
+                "negative_abs": -c.clamp(max=0).sum(-1),
+                "negatives": (c < 0).to(c.dtype).sum(-1),
+                "visible": torch.full_like(c[:, 0], n + 1), "one": torch.ones_like(c[:, 0])}
+        out.append(torch.stack([sums[k] for k in SUMS], dim=-1))
+    return torch.stack(out)  # [layers, H, len(SUMS)]
 
 
-MEASURE_NAMES = ["answer", "noise", "negative_mass", "negative_fraction", "row_sum"]
+def ratio_of_sums(x, y):
+    """sum x / sum y over rows, and its standard error sqrt(sum (x - R y)^2 / (n (n-1))) / mean y
+    (two passes: an independent transcription of analysis/ratio_of_sums.hpp)."""
+    n = x.shape[0]
+    r = x.sum(0) / y.sum(0)
+    se = ((x - r * y) ** 2).sum(0).div(n * (n - 1)).sqrt() / y.mean(0)
+    return r, se
 
 
 def summarise_measures(rows):
-    """rows: list of [layers, H, 5] -> per layer and head the mean of each measure."""
-    t = torch.stack(rows).mean(0)  # [layers, H, 5]
+    """rows: list of [layers, H, len(SUMS)] -> per layer and head each figure and its _se."""
+    t = torch.stack(rows)  # [rows, layers, H, len(SUMS)]
     layers = []
-    for li in range(t.shape[0]):
-        heads = [{nm: round(float(t[li, h, k]), 10) for k, nm in enumerate(MEASURE_NAMES)}
-                 for h in range(t.shape[1])]
+    for li in range(t.shape[1]):
+        heads = []
+        for h in range(t.shape[2]):
+            fig = {}
+            for nm, (num, den) in FIGURES.items():
+                r, se = ratio_of_sums(t[:, li, h, SUMS.index(num)], t[:, li, h, SUMS.index(den)])
+                fig[nm] = round(float(r), 10)
+                fig[nm + "_se"] = round(float(se), 10)
+            heads.append(fig)
         layers.append(heads)
     return layers
 
@@ -143,7 +171,7 @@ def table(kind, train_len, seed, models):
 def run(kinds, models=MODELS, data=DATA, with_table=False, log=print):
     """Write the episodes, the expected figures of each kind and (with_table) the table."""
     v = vocab()
-    train_len = TR.SCHED["train_len"]
+    train_len = TRAIN_LEN
     sets = make_sets(v, train_len, ACC_EPISODES, EVAL_SEED)
     os.makedirs(data, exist_ok=True)
     E.write(os.path.join(data, "episodes.json"), E.document(v, train_len, sets, EVAL_SEED))
@@ -172,11 +200,12 @@ def run(kinds, models=MODELS, data=DATA, with_table=False, log=print):
 
 
 def markdown(kinds, models=MODELS, data=DATA):
-    """The result tables of docs/retrieval.md, from the files this script and the trainer wrote."""
+    """The training and PyTorch accuracy tables of docs/retrieval.md, from the files this script and
+    the trainer wrote (the attention tables are the C++ report's, docs/retrieval/tables.md)."""
     out = []
     cells = ["N%d_R%d" % c for c in CELLS]
     out += ["| kind | parameters | wall time (s) | final loss | accuracy at L = %d (min / mean "
-            "over the cells) | solved |" % TR.SCHED["train_len"], "|---|---|---|---|---|---|"]
+            "over the cells) | solved |" % TRAIN_LEN, "|---|---|---|---|---|---|"]
     for k in kinds:
         with open(os.path.join(models, k, "loss.json")) as f:
             lj = json.load(f)
@@ -189,7 +218,7 @@ def markdown(kinds, models=MODELS, data=DATA):
         with open(tab_path) as f:
             tab = json.load(f)
         for fct in LENGTH_FACTORS:
-            L = TR.SCHED["train_len"] * fct
+            L = TRAIN_LEN * fct
             out += ["", "PyTorch float32 accuracy at L = %d (%d episodes per cell, seed %d):" % (
                 L, TABLE_EPISODES[fct], tab["seed"]), "",
                 "| kind | " + " | ".join(c.replace("_", " ") for c in cells) + " |",
@@ -198,45 +227,12 @@ def markdown(kinds, models=MODELS, data=DATA):
                 if k in tab["accuracy"]:
                     out.append("| %s | " % k + " | ".join(
                         "%.3f" % tab["accuracy"][k]["acc_L%d_%s" % (L, c)] for c in cells) + " |")
-    out += ["", "Attention at the question rows (all depths, %d rows; mean over heads, and the "
-            "layer's retrieval head = the head with the largest answer mass):" % (
-                ATT_EPISODES * len(DEPTHS)), "",
-            "| kind | layer | answer (head mean) | noise (head mean) | retrieval head | its answer "
-            "| its noise | negative mass (head mean) | negative fraction | row sum |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
-    best = {}
-    for k in kinds:
-        with open(os.path.join(data, "expected_%s.json" % k)) as f:
-            att = json.load(f)["attention"]
-        layers = att["all_depths"]["per_layer_head"]
-        top = None
-        for li, heads in enumerate(layers):
-            hm = {m: sum(h[m] for h in heads) / len(heads) for m in MEASURE_NAMES}
-            bh = max(range(len(heads)), key=lambda h: heads[h]["answer"])
-            if top is None or heads[bh]["answer"] > top[2]:
-                top = (li, bh, heads[bh]["answer"])
-            out.append("| %s | %d | %.3f | %.3f | %d | %.3f | %.3f | %.3f | %.3f | %.3f |" % (
-                k, li, hm["answer"], hm["noise"], bh, heads[bh]["answer"], heads[bh]["noise"],
-                hm["negative_mass"], hm["negative_fraction"], hm["row_sum"]))
-        best[k] = (top, att)
-    out += ["", "By depth of the asked needle, for each model's retrieval head (the layer and head "
-            "with the largest answer mass over all depths), answer / noise:", "",
-            "| kind | layer.head | " + " | ".join("%d%%" % round(100 * d) for d in DEPTHS) + " |",
-            "|---|---|" + "---|" * len(DEPTHS)]
-    for k in kinds:
-        (li, h, _), att = best[k]
-        row = []
-        for d in DEPTHS:
-            m = att["att_L%d_depth%d" % (TR.SCHED["train_len"], round(100 * d))][
-                "per_layer_head"][li][h]
-            row.append("%.3f / %.3f" % (m["answer"], m["noise"]))
-        out.append("| %s | %d.%d | " % (k, li, h) + " | ".join(row) + " |")
     return "\n".join(out)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--kinds", nargs="*", default=list(TR.KINDS))
+    ap.add_argument("--kinds", nargs="*", default=K.NAMES)
     ap.add_argument("--table", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--models", default=MODELS)

@@ -11,7 +11,9 @@ diff/dint/shared_diff heads pair query sub-heads 2h (map 1) and 2h+1 (map 2); GQ
 per_head pairing (map m of head h uses key sub-head 2(h/rep)+m); interleaved rotary.
 """
 
+import json
 import math
+import os
 
 import torch
 
@@ -22,6 +24,15 @@ map_width = R.sub_width              # d of one query/key map (docs/math.md §3)
 param_shapes = R.model_param_shapes  # tensor name -> file shape, in file order (docs/math.md §5)
 lambda_init = R.lambda_init          # docs/math.md §2.5
 SUBLN_EPS = R.SUBLN_EPS              # docs/math.md §3.1: 1e-5 whatever rms_norm_eps says
+
+
+def load_model(kind, dtype, models):
+    """(full config, parameters as `dtype`) of the model in models/<kind>/ (our format)."""
+    d = os.path.join(models, kind)
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    params, _, _ = R.read_safetensors(os.path.join(d, "model.safetensors"))
+    return full_config(cfg), {k: t.to(dtype) for k, t in params.items()}
 
 
 def init_params(cfg, generator, std=0.02):

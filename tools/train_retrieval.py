@@ -24,33 +24,13 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import retrieval_kinds as K  # noqa: E402  the kinds and their configs (shared with the report tools)
 import retrieval_model as M  # noqa: E402
 import retrieval_task as task  # noqa: E402
 import torch_reference as R  # noqa: E402
+from retrieval_kinds import KINDS  # noqa: E402
 
-ROOT = os.path.dirname(HERE)
-OUT_DIR = os.path.join(ROOT, "models", "retrieval")
-
-# One width and depth for every kind (docs/retrieval.md). Heads follow the papers' rule of equal
-# parameter counts: a differential head has two maps of width d and values of width 2d, so
-# diff/dint/shared_diff use half the heads of softmax; diff_v2 doubles the query heads of softmax.
-COMMON = {"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 171,
-          "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
-          "causal": True}
-KINDS = {
-    "softmax": {"attention": "softmax", "num_attention_heads": 4, "num_key_value_heads": 4},
-    "diff": {"attention": "diff", "num_attention_heads": 2, "num_key_value_heads": 2,
-             "diff_gqa_pairing": "per_head"},
-    "dint_causal_softmax": {"attention": "dint", "num_attention_heads": 2,
-                            "num_key_value_heads": 2, "diff_gqa_pairing": "per_head",
-                            "dint_integral": "causal_softmax"},
-    "dint_causal_mean": {"attention": "dint", "num_attention_heads": 2, "num_key_value_heads": 2,
-                         "diff_gqa_pairing": "per_head", "dint_integral": "causal_mean"},
-    "shared_diff": {"attention": "shared_diff", "num_attention_heads": 2,
-                    "num_key_value_heads": 2, "shared_diff_rank": 4},
-    "diff_v2": {"attention": "diff_v2", "num_attention_heads": 4, "num_key_value_heads": 4,
-                "head_dim": 16},
-}
+OUT_DIR = K.MODELS
 
 # The task and the schedule (docs/retrieval.md "Training").
 from retrieval_episodes import TASK, TRAIN_LEN  # noqa: E402
@@ -62,18 +42,6 @@ SCHED = {
     "needles": [1, 6],        # N uniform in this range, per batch; every needle is asked
     "data_seed": 1, "weight_seed": 2, "eval_seed": 3, "eval_episodes": 500,
 }
-
-
-def model_config(kind, vocab):
-    c = {"attention": KINDS[kind]["attention"]}
-    c.update(COMMON)
-    c.update(KINDS[kind])
-    c["vocab_size"] = vocab.size
-    order = ["attention", "hidden_size", "num_attention_heads", "num_key_value_heads",
-             "num_hidden_layers", "intermediate_size", "vocab_size", "rms_norm_eps", "rope_theta",
-             "tie_word_embeddings", "causal", "diff_gqa_pairing", "dint_integral",
-             "shared_diff_rank", "head_dim"]
-    return {k: c[k] for k in order if k in c}
 
 
 def context_len(step, sched):
@@ -121,7 +89,7 @@ def accuracy(params, cfg, vocab, L, N, R_, episodes, seed, batch=100):
 
 def train(kind, sched, vocab, threads, log):
     torch.set_num_threads(threads)
-    cfg = model_config(kind, vocab)
+    cfg = K.model_config(kind, vocab.size)
     fc = M.full_config(cfg)
     g = torch.Generator().manual_seed(sched["weight_seed"])
     params = M.init_params(fc, g, sched["init_std"])
@@ -278,8 +246,8 @@ def main():
         cfg, params, curve, wall = train(kind, sched, vocab, args.threads, log)
         write_model(kind, args.out, cfg, params, curve, wall, sched, vocab, args.threads, log)
     if not args.no_figures:
-        import retrieval_figures
-        data = retrieval_figures.DATA if args.out == OUT_DIR else os.path.join(args.out, "data")
+        import retrieval_figures  # the trainer's last step; retrieval_figures needs nothing of this file
+        data = K.DATA if args.out == OUT_DIR else os.path.join(args.out, "data")
         retrieval_figures.run(args.kinds, args.out, data, with_table=True, log=log)
 
 

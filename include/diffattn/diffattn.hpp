@@ -23,10 +23,12 @@
 #include "diffattn/kernels/dint_integral.hpp"
 #include "diffattn/kernels/dint_pipeline.hpp"
 #include "diffattn/kernels/dint_schedule.hpp"
+#include "diffattn/kernels/gda_attention.hpp"
 #include "diffattn/kernels/mask.hpp"
 #include "diffattn/kernels/online_softmax.hpp"
 #include "diffattn/kernels/options.hpp"
 #include "diffattn/kernels/reference.hpp"
+#include "diffattn/kernels/reference_gda.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
 #include "diffattn/kernels/tile_product.hpp"
 #include "diffattn/kernels/tiling.hpp"
@@ -67,6 +69,7 @@
 #include "diffattn/model/generation_config.hpp"
 #include "diffattn/model/kv_cache.hpp"
 #include "diffattn/model/logit_ranking.hpp"
+#include "diffattn/model/released_config_reader.hpp"
 #include "diffattn/model/sampler.hpp"
 
 // analysis (optional, on top of the model): attention maps and their measures per layer, head and

@@ -66,10 +66,10 @@ TEMPLATE_TEST_CASE("analysis of a long context allocates nothing after its buffe
         AttentionAnalyzer<T> analyzer(config, n);
         AnalysisResult result;
         analyzer.run(model, tokens, rows, result);  // the first run sizes the result and the positions
-        const double first_answer = result.at(1, 0, 1).measure.answer;
+        const double first_answer = result.at(1, 0, 1).measure.answer_share();
         CHECK(without_malloc([&] { analyzer.run(model, tokens, rows, result); }) == 0);
         INFO("first failure: " << diffattn_nomalloc::first_failure_text());
-        CHECK(result.at(1, 0, 1).measure.answer == first_answer);
+        CHECK(result.at(1, 0, 1).measure.answer_share() == first_answer);
         for (const HeadRowFigures& f : result.figures) {
             // softmax and dint rows sum to 1; diff and shared_diff to 1 - lambda, diff_v2 to 1 - gate.
             const bool unit = c.kind == AttentionKind::softmax || c.kind == AttentionKind::dint;

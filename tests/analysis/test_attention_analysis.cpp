@@ -1,7 +1,9 @@
 // Attention analysis (include/diffattn/analysis/): the maps of every kind against the plain double
 // transcription (tests/layers/naive_reference.hpp) fed with the layer inputs of the model's own
 // forward; the combined rows times the values against the attention module's real head outputs;
-// the row sums of each kind; the measure on hand-made rows; bad rows and spans.
+// the row sums of each kind; every measure and figure, with its standard error, on hand-made rows
+// whose answers are worked out by hand (analysis/row_measure.hpp, figures.hpp, row_summary.hpp);
+// bad rows and spans.
 #include "diffattn/analysis/attention_analysis.hpp"
 
 #include "../error_messages.hpp"
@@ -30,7 +32,7 @@ struct AnalysisCase {
 std::vector<AnalysisCase> analysis_cases() {
     std::vector<AnalysisCase> out;
     for (AttentionKind kind : {AttentionKind::softmax, AttentionKind::diff, AttentionKind::shared_diff,
-                               AttentionKind::diff_v2}) {
+                               AttentionKind::diff_v2, AttentionKind::gda}) {
         out.push_back({std::string(to_string(kind)) + " small", test::small_config(kind)});
         out.push_back({std::string(to_string(kind)) + " tiny", test::tiny_config(kind, 64)});
     }
@@ -203,7 +205,8 @@ TEMPLATE_TEST_CASE("combined rows times the values give the module's head output
     }
 }
 
-TEMPLATE_TEST_CASE("row sums: softmax 1, diff 1 - lambda, dint 1, diff_v2 1 - gate", "[analysis]", float, double) {
+TEMPLATE_TEST_CASE("row sums: softmax 1, diff and gda 1 - lambda, dint 1, diff_v2 1 - gate", "[analysis]", float,
+                   double) {
     using T = TestType;
     for (const AnalysisCase& c : analysis_cases()) {
         INFO(c.name);
@@ -222,6 +225,7 @@ TEMPLATE_TEST_CASE("row sums: softmax 1, diff 1 - lambda, dint 1, diff_v2 1 - ga
                         case AttentionKind::dint: expected = 1; break;
                         case AttentionKind::diff:
                         case AttentionKind::shared_diff:
+                        case AttentionKind::gda:
                             expected = 1 - result.lambda[static_cast<std::size_t>(l)];
                             CHECK(f.weight == result.lambda[static_cast<std::size_t>(l)]);
                             break;
@@ -232,8 +236,14 @@ TEMPLATE_TEST_CASE("row sums: softmax 1, diff 1 - lambda, dint 1, diff_v2 1 - ga
                             break;
                     }
                     CHECK(std::abs(f.measure.row_sum - expected) < 1e-12);
-                    // answer + noise cover every key: together they are the whole (normalised) row.
-                    CHECK(std::abs(f.measure.answer + f.measure.noise - 1) < 1e-9);
+                    // answer + noise cover every key: together they are the whole row, by sign and by weight.
+                    CHECK(std::abs(f.measure.answer_mass() + f.measure.noise_mass() - f.measure.row_sum) < 1e-12);
+                    CHECK(std::abs(f.measure.answer_share() + f.measure.noise_share() - 1) < 1e-12);
+                    CHECK(std::abs(f.a1.answer + f.a1.noise - 1) < 1e-12);
+                    const bool two_maps = c.config.attention != AttentionKind::softmax;
+                    CHECK((two_maps ? std::abs(f.a2.answer + f.a2.noise - 1) < 1e-12 : std::isnan(f.a2.answer)));
+                    const bool dint = c.config.attention == AttentionKind::dint;
+                    CHECK((dint ? std::abs(f.integral.answer + f.integral.noise - 1) < 1e-12 : std::isnan(f.integral.noise)));
                     CHECK(f.entropy_a1 >= 0);
                     CHECK(f.entropy_a1 <= std::log(static_cast<double>(n)) + 1e-12);
                     CHECK(std::isnan(f.entropy_a2) == (c.config.attention == AttentionKind::softmax));
@@ -244,55 +254,165 @@ TEMPLATE_TEST_CASE("row sums: softmax 1, diff 1 - lambda, dint 1, diff_v2 1 - ga
 }
 
 TEST_CASE("the measure of a hand-made row", "[analysis]") {
-    // c = [0.5, -0.1, 0.2, 0.3, -0.2, 0.0]: row sum 0.7, negatives -0.3 on 2 of 6 keys.
+    // c = [0.5, -0.1, 0.2, 0.3, -0.2, 0.0]: sum 0.7, absolute weight 1.3, negatives -0.3 on 2 of 6 keys.
     Vector<double> row(6);
     row << 0.5, -0.1, 0.2, 0.3, -0.2, 0.0;
     const RowMeasure m = measure_row(row, {2, 3}, {0, 1, 4, 5, 9});  // position 9: past the row, no weight
     CHECK(m.row_sum == Approx(0.7));
-    CHECK(m.answer_raw == Approx(0.5));
-    CHECK(m.answer == Approx(0.5 / 0.7));
-    CHECK(m.noise_raw == Approx(0.2));  // 0.5 - 0.1 - 0.2 + 0: negatives count with their sign
-    CHECK(m.noise == Approx(0.2 / 0.7));
-    CHECK(m.negative_mass == Approx(0.3 / 0.7));
-    CHECK(m.negative_fraction == Approx(2.0 / 6.0));
+    CHECK(m.abs_sum == Approx(1.3));
+    CHECK(m.answer_mass() == Approx(0.5));
+    CHECK(m.answer_negative == 0);
+    CHECK(m.noise_positive == Approx(0.5));   // 0.5 + 0.0
+    CHECK(m.noise_negative == Approx(-0.3));  // -0.1 - 0.2
+    CHECK(m.noise_mass() == Approx(0.2));
+    CHECK(m.answer_share() == Approx(0.5 / 1.3));
+    CHECK(m.noise_share() == Approx(0.8 / 1.3));  // a negative entry counts by its weight
+    CHECK(m.negative_share() == Approx(0.3 / 1.3));
+    CHECK(m.answer_normalised() == Approx(0.5 / 0.7));
+    CHECK(m.noise_normalised() == Approx(0.2 / 0.7));
+    CHECK(m.negatives == 2);
+    CHECK(m.visible == 6);
+    CHECK(m.negative_fraction() == Approx(2.0 / 6.0));
 
+    // A negative entry on the answer: its share counts 0.55 of weight, its signed mass 0.45.
+    Vector<double> cancelled(5);
+    cancelled << 0.6, -0.05, 0.5, -0.1, 0.05;
+    const RowMeasure a = measure_row(cancelled, {1, 2}, {3, 4});
+    CHECK(a.answer_positive == Approx(0.5));
+    CHECK(a.answer_negative == Approx(-0.05));
+    CHECK(a.answer_mass() == Approx(0.45));
+    CHECK(a.answer_share() == Approx(0.55 / 1.3));
+    CHECK(a.noise_share() == Approx(0.15 / 1.3));
+
+    // A row that sums to 0: the normalised figures are undefined, the shares are not.
     Vector<double> zero_sum(2);
     zero_sum << 0.5, -0.5;
     const RowMeasure z = measure_row(zero_sum, {0}, {1});
     CHECK(z.row_sum == 0);
-    CHECK(std::isnan(z.answer));
-    CHECK(std::isnan(z.negative_mass));
-    CHECK(z.negative_fraction == 0.5);
+    CHECK(std::isnan(z.answer_normalised()));
+    CHECK(z.answer_share() == Approx(0.5));
+    CHECK(z.negative_fraction() == 0.5);
+    const RowMeasure none = measure_row(Vector<double>::Zero(3), {0}, {1, 2});  // no weight at all
+    CHECK(std::isnan(none.answer_share()));
+    CHECK(std::isnan(none.noise_share()));
 
     Vector<double> p(4);
     p << 0.25, 0.25, 0.5, 0.0;
     CHECK(entropy(p) == Approx(-2 * 0.25 * std::log(0.25) - 0.5 * std::log(0.5)));
 }
 
-TEST_CASE("the mean over rows, heads and results", "[analysis]") {
-    AnalysisResult a;
-    a.n_layers = 1, a.n_heads = 2, a.n_rows = 2;
-    a.figures.resize(4);
-    a.at(0, 0, 0).measure.answer = 1, a.at(0, 0, 1).measure.answer = 0.5;
-    a.at(0, 1, 0).measure.answer = 0, a.at(0, 1, 1).measure.answer = 0.5;
-    AnalysisResult b = a;  // one more result of one row
-    b.n_rows = 1;
-    b.figures.resize(2);
-    b.at(0, 0, 0).measure.answer = 0.25, b.at(0, 1, 0).measure.answer = 1;
-    RowMeans means;
-    means.add(a);
-    CHECK(means.mean(0, 0).measure.answer == Approx(0.75));
-    CHECK(means.mean(0, 1).measure.answer == Approx(0.25));
-    CHECK(means.mean(0).measure.answer == Approx(0.5));
-    means.add(b);
-    CHECK(means.rows() == 3);
-    CHECK(means.mean(0, 0).measure.answer == Approx(1.75 / 3));  // every row weighs the same
-    CHECK(means.mean(0, 1).measure.answer == Approx(1.5 / 3));
-    CHECK(means.mean(0).measure.answer == Approx(3.25 / 6));
-    b.at(0, 1, 0).entropy_a2 = std::numeric_limits<double>::quiet_NaN();
-    means.add(b);
-    CHECK(std::isnan(means.mean(0, 1).entropy_a2));
-    CHECK(!std::isnan(means.mean(0, 0).entropy_a2));
+TEST_CASE("a ratio of sums and its standard error", "[analysis]") {
+    // A mean (y = 1) of 1, 2, 3, 4: 2.5, sample deviation sqrt(5/3), standard error sqrt(5/3) / 2.
+    RatioOfSums mean;
+    for (const double x : {1.0, 2.0, 3.0, 4.0}) mean.add(x, 1);
+    CHECK(mean.estimate().value == Approx(2.5));
+    CHECK(mean.estimate().standard_error == Approx(std::sqrt(5.0 / 3.0) / 2));
+    CHECK(mean.estimate().rows == 4);
+    // Two rows x / y = 0.8 / 1 and 0.12 / 0.1 (a row that sums to 0.1): R = 0.92 / 1.1, not the
+    // mean of the ratios (1.0). Residuals x - R y = -0.04 / 1.1 and +0.04 / 1.1, so
+    // se = sqrt(2 (0.04 / 1.1)^2 / (2 * 1)) / 0.55 = 0.04 / (1.1 * 0.55).
+    RatioOfSums ratio;
+    ratio.add(0.8, 1.0);
+    ratio.add(0.12, 0.1);
+    CHECK(ratio.estimate().value == Approx(0.92 / 1.1));
+    CHECK(ratio.estimate().standard_error == Approx(0.04 / (1.1 * 0.55)));
+    // Rows of equal ratio: no spread, error 0 up to the one-pass sums' cancellation, at most about
+    // 2 sqrt(epsilon) s_x / (sqrt(n) mean y) = 2 * 1.5e-8 * 0.36 / (1.73 * 0.7) = 9e-9 here
+    // (analysis/ratio_of_sums.hpp); never NaN, never a negative square.
+    RatioOfSums exact;
+    for (const double y : {0.3, 0.7, 1.1}) exact.add(0.9 * y, y);
+    CHECK(exact.estimate().value == Approx(0.9));
+    CHECK(exact.estimate().standard_error >= 0);
+    CHECK(exact.estimate().standard_error <= 9e-9);
+    // Undefined: one row has no error, no rows or a zero denominator no value, a NaN term neither.
+    RatioOfSums one;
+    one.add(0.5, 1);
+    CHECK(one.estimate().value == 0.5);
+    CHECK(std::isnan(one.estimate().standard_error));
+    CHECK(std::isnan(RatioOfSums{}.estimate().value));
+    RatioOfSums zero;
+    zero.add(1, 0);
+    zero.add(-1, 0);
+    CHECK(std::isnan(zero.estimate().value));
+    RatioOfSums nan = mean;
+    nan.add(std::numeric_limits<double>::quiet_NaN(), 1);
+    CHECK(std::isnan(nan.estimate().value));
+    CHECK(std::isnan(nan.estimate().standard_error));
+}
+
+namespace {
+
+/// A result of one layer and two heads whose rows' combined maps are `maps[head][row]`, the answer
+/// key 1 and the noise keys 2 and 3 (key 0 is neither: a BOS).
+AnalysisResult hand_made_result(const std::vector<std::vector<std::vector<double>>>& maps) {
+    AnalysisResult r;
+    r.n_layers = 1;
+    r.n_heads = static_cast<Index>(maps.size());
+    r.n_rows = static_cast<Index>(maps[0].size());
+    r.figures.resize(static_cast<std::size_t>(r.n_heads * r.n_rows));
+    for (Index h = 0; h < r.n_heads; ++h) {
+        for (Index i = 0; i < r.n_rows; ++i) {
+            const std::vector<double>& c = maps[static_cast<std::size_t>(h)][static_cast<std::size_t>(i)];
+            const Vector<double> row = Eigen::Map<const Vector<double>>(c.data(), static_cast<Index>(c.size()));
+            r.at(0, h, i).measure = measure_row(row, {1}, {2, 3});
+            r.at(0, h, i).weight = 0.25 * static_cast<double>(h + 1);
+        }
+    }
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("figures of hand-made maps: ratios of sums over rows, heads pooled", "[analysis]") {
+    // Head 0: a softmax-like row (sum 1) and a DIFF-like row that sums to 0.1 and over-subtracts
+    // the noise. Head 1: one row, twice, of sum 0.5.
+    const AnalysisResult first = hand_made_result({{{0.1, 0.8, 0.06, 0.04}, {0.0, 0.12, -0.01, -0.01}},
+                                                   {{0.0, 0.4, 0.1, 0.0}, {0.0, 0.4, 0.1, 0.0}}});
+    RowSummary summary;
+    summary.add(first);
+    CHECK(summary.rows() == 2);
+    const auto value = [&](Index head, Figure f) { return summary.estimate(0, head, f).value; };
+    // Head 0 by hand: answer |c| 0.8 + 0.12, noise |c| 0.1 + 0.02, weight 1.0 + 0.14.
+    CHECK(value(0, Figure::answer_share) == Approx(0.92 / 1.14));
+    CHECK(value(0, Figure::noise_share) == Approx(0.12 / 1.14));
+    CHECK(value(0, Figure::negative_share) == Approx(0.02 / 1.14));
+    CHECK(value(0, Figure::answer_mass) == Approx(0.46));        // (0.8 + 0.12) / 2
+    CHECK(value(0, Figure::noise_mass) == Approx(0.04));         // (0.1 - 0.02) / 2
+    CHECK(value(0, Figure::noise_positive) == Approx(0.05));
+    CHECK(value(0, Figure::noise_negative) == Approx(-0.01));
+    CHECK(value(0, Figure::row_sum) == Approx(0.55));            // (1 + 0.1) / 2
+    CHECK(value(0, Figure::answer_normalised) == Approx(0.92 / 1.1));  // not (0.8 + 1.2) / 2
+    CHECK(value(0, Figure::noise_normalised) == Approx(0.08 / 1.1));
+    CHECK(value(0, Figure::negative_fraction) == Approx(2.0 / 8.0));
+    CHECK(value(0, Figure::weight) == Approx(0.25));
+    // The per-row figure of the small row is what a mean of ratios would have averaged in.
+    CHECK(figure_of(Figure::answer_normalised, first.at(0, 0, 1)) == Approx(1.2));
+    CHECK(figure_of(Figure::answer_share, first.at(0, 0, 1)) == Approx(0.12 / 0.14));
+    // The layer pools its heads: answer |c| 0.92 + 0.8 over weight 1.14 + 1.0; means over rows and heads.
+    CHECK(value(-1, Figure::answer_share) == Approx(1.72 / 2.14));
+    CHECK(value(-1, Figure::row_sum) == Approx((1 + 0.1 + 0.5 + 0.5) / 4));
+    CHECK(value(-1, Figure::weight) == Approx((0.25 + 0.25 + 0.5 + 0.5) / 4));
+    // Errors: head 1's rows are equal (0); the layer's by hand from the per-row pooled terms
+    // x = 0.8 + 0.4, 0.12 + 0.4 and y = 1.0 + 0.5, 0.14 + 0.5 (answer share).
+    CHECK(summary.estimate(0, 1, Figure::answer_share).standard_error == Approx(0.0).margin(1e-15));  // equal rows: exact
+    const double r = 1.72 / 2.14;
+    const double e1 = 1.2 - r * 1.5, e2 = 0.52 - r * 0.64;
+    CHECK(summary.estimate(0, -1, Figure::answer_share).standard_error ==
+          Approx(std::sqrt((e1 * e1 + e2 * e2) / 2) / (2.14 / 2)));
+    // Maps the rows did not have are NaN, value and error.
+    CHECK(std::isnan(summary.estimate(0, 0, Figure::a1_answer).value));
+
+    // A second result adds rows: head 0 gets a third row of sum 1 all on the answer.
+    const AnalysisResult second = hand_made_result({{{0.0, 1.0, 0.0, 0.0}}, {{0.0, 0.4, 0.1, 0.0}}});
+    summary.add(second);
+    CHECK(summary.rows() == 3);
+    CHECK(value(0, Figure::answer_share) == Approx(1.92 / 2.14));
+    CHECK(value(0, Figure::answer_mass) == Approx(1.92 / 3));
+    AnalysisResult other = second;
+    other.n_heads = 1;
+    other.figures.resize(1);
+    CHECK_ERROR(ShapeError, summary.add(other), "RowSummary::add: a result of 1 layers and 1 heads after results of 1 and 2");
+    CHECK_ERROR(ShapeError, summary.estimate(1, 0, Figure::answer_share), "RowSummary::estimate: layer 1 head 0");
 }
 
 TEST_CASE("analysis rows and spans are checked", "[analysis]") {

@@ -8,10 +8,11 @@
 //   - predictions: equal on every row whose float64 top-1 margin is at least `near_tie`;
 //     accuracy: equal up to the number of near-tie rows;
 //   - top-1 margins (double only): 1e-6, the rounding of the stored margins (6 decimals);
-//   - attention means per set, layer and head: 1e-9 in double (the stored figures have 10
+//   - attention figures per set, layer and head (every figure of the expected file, each a ratio
+//     of sums over the rows, and its standard error): 1e-9 in double (the stored figures have 10
 //     decimals); in float 64 float epsilons (7.6e-6), the bound the checkpoint tests hold float
 //     logits to: the maps are computed in double, but from rotated queries and keys that carry the
-//     float forward's rounding. The largest difference seen is 4.3e-7 (diff_v2).
+//     float forward's rounding.
 #include "diffattn/analysis/attention_analysis.hpp"
 #include "diffattn/model/logit_ranking.hpp"
 
@@ -38,8 +39,6 @@ using nlohmann::json;
 
 namespace {
 
-const char* const kMeasures[] = {"answer", "noise", "negative_mass", "negative_fraction", "row_sum"};
-
 constexpr bool kSanitized = diffattn_test::kAddressSanitizer;
 
 json read_json(const fs::path& path) {
@@ -51,30 +50,29 @@ json read_json(const fs::path& path) {
 fs::path retrieval_data() { return fs::path(DIFFATTN_TEST_DATA_DIR) / "retrieval"; }
 fs::path retrieval_models() { return fs::path(DIFFATTN_MODELS_DIR) / "retrieval"; }
 
-double measure_of(const HeadRowFigures& f, const std::string& name) {
-    const RowMeasure& m = f.measure;
-    if (name == "answer") return m.answer;
-    if (name == "noise") return m.noise;
-    if (name == "negative_mass") return m.negative_mass;
-    if (name == "negative_fraction") return m.negative_fraction;
-    return m.row_sum;
-}
-
-/// Compares the means of one set (or of all attention sets) with the expected per_layer_head.
-void check_means(const std::string& where, const RowMeans& means, const json& expected, double tolerance) {
-    REQUIRE(means.rows() == expected.at("rows").get<Index>());
+/// Compares the figures of one set (or of all attention sets) with the expected per_layer_head:
+/// every figure the file has (tools/retrieval_figures.py, FIGURES), value and standard error.
+void check_figures(const std::string& where, const RowSummary& summary, const json& expected, double tolerance) {
+    REQUIRE(summary.rows() == expected.at("rows").get<Index>());
     const json& layers = expected.at("per_layer_head");
-    REQUIRE(static_cast<Index>(layers.size()) == means.layers());
-    for (Index l = 0; l < means.layers(); ++l) {
-        REQUIRE(static_cast<Index>(layers[l].size()) == means.heads());
-        for (Index h = 0; h < means.heads(); ++h) {
-            const HeadRowFigures f = means.mean(l, h);
-            for (const char* name : kMeasures) {
-                const double want = layers[l][h].at(name).get<double>();
-                const double got = measure_of(f, name);
-                INFO(where << " layer " << l << " head " << h << " " << name << ": C++ " << got << ", PyTorch " << want);
-                CHECK(std::abs(got - want) <= tolerance);
+    REQUIRE(static_cast<Index>(layers.size()) == summary.layers());
+    for (Index l = 0; l < summary.layers(); ++l) {
+        REQUIRE(static_cast<Index>(layers[l].size()) == summary.heads());
+        for (Index h = 0; h < summary.heads(); ++h) {
+            Index compared = 0;
+            for (const FigureInfo& info : figure_list()) {
+                const json& want = layers[l][h];
+                if (!want.contains(info.name)) continue;  // a figure PyTorch does not compute (the maps' own masses)
+                const Estimate got = summary.estimate(l, h, info.figure);
+                const double want_value = want.at(info.name).get<double>();
+                const double want_se = want.at(std::string(info.name) + "_se").get<double>();
+                INFO(where << " layer " << l << " head " << h << " " << info.name << ": C++ " << got.value << " +- "
+                           << got.standard_error << ", PyTorch " << want_value << " +- " << want_se);
+                CHECK(std::abs(got.value - want_value) <= tolerance);
+                CHECK(std::abs(got.standard_error - want_se) <= tolerance);
+                ++compared;
             }
+            CHECK(compared * 2 == static_cast<Index>(layers[l][h].size()));  // no expected figure left unread
         }
     }
 }
@@ -102,7 +100,7 @@ void check_model(const std::string& kind, const json& episodes) {
         for (const json& ep : set.at("episodes")) max_len = std::max<Index>(max_len, static_cast<Index>(ep.at("tokens").size()));
     AttentionAnalyzer<T> analyzer(model.config(), max_len);
     AnalysisResult result;
-    RowMeans all_depths;
+    RowSummary all_depths;
     Index sets_checked = 0;
     for (const json& set : episodes.at("sets")) {
         const std::string name = set.at("name");
@@ -111,7 +109,7 @@ void check_model(const std::string& kind, const json& episodes) {
         const json& want = expected.at("accuracy").at(name);
         const std::vector<Index> want_predicted = want.at("predicted").get<std::vector<Index>>();
         const std::vector<double> want_margin = want.at("margin").get<std::vector<double>>();
-        RowMeans means;
+        RowSummary means;
         Index correct = 0;
         std::size_t row = 0;
         for (const json& ep : set.at("episodes")) {
@@ -148,11 +146,13 @@ void check_model(const std::string& kind, const json& episodes) {
         REQUIRE(row == want_predicted.size());
         INFO(kind << " " << name << ": " << correct << " correct in C++, " << want.at("correct") << " in PyTorch");
         CHECK(std::abs(correct - want.at("correct").get<Index>()) <= want.at("near_ties").get<Index>());
-        if (attention) check_means(kind + " " + name, means, expected.at("attention").at(name), attention_tolerance);
+        if (attention) check_figures(kind + " " + name, means, expected.at("attention").at(name), attention_tolerance);
         ++sets_checked;
     }
     CHECK(sets_checked >= (kSanitized ? 1 : 12));  // the attention sets, and the accuracy sets at 64
-    if (!kSanitized) check_means(kind + " all depths", all_depths, expected.at("attention").at("all_depths"), attention_tolerance);
+    if (!kSanitized) {
+        check_figures(kind + " all depths", all_depths, expected.at("attention").at("all_depths"), attention_tolerance);
+    }
 }
 
 /// The kinds shipped: every models/retrieval/<kind>/ directory, which must have expected figures.

@@ -5,11 +5,14 @@
 #include "../error_messages.hpp"
 #include "../io/safetensors_test_support.hpp"
 #include "../model/model_files.hpp"
+#include "../../examples/cli_support.hpp"
+#include "../../examples/output_files.hpp"
 
 #include "diffattn/analysis/attention_analysis.hpp"
 #include "diffattn/distributed/sequence_slices.hpp"  // no MPI in this header
 #include "diffattn/kernels/diff_attention.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
+#include "diffattn/kernels/gda_attention.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
 #include "diffattn/model/checkpoint_config.hpp"
 #include "diffattn/model/generate.hpp"
@@ -24,8 +27,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -41,7 +46,7 @@ namespace {
 ModelConfig tiny(AttentionKind kind) { return test::tiny_config(kind, 32); }
 
 const AttentionKind kKinds[] = {AttentionKind::softmax, AttentionKind::diff, AttentionKind::dint,
-                                AttentionKind::shared_diff, AttentionKind::diff_v2};
+                                AttentionKind::shared_diff, AttentionKind::diff_v2, AttentionKind::gda};
 
 /// config.json text of `config` with `key` replaced by the raw JSON `value` (or removed if empty).
 std::string config_json_with(const ModelConfig& config, const std::string& key, const std::string& value) {
@@ -305,6 +310,106 @@ TEST_CASE("failed write", "[catalogue][files][write]") {
                 "x.safetensors", "No such file or directory");
 }
 
+TEST_CASE("a program's output past the file-size limit", "[catalogue][files][write]") {
+    // ulimit -f: the example programs' main (cli::run_main) ignores SIGXFSZ, whose default action
+    // kills the process with no message and leaves the temporary file behind; the write then fails
+    // with EFBIG, a FileError, exit status 2, nothing left.
+    model_test::TempDir dir;
+    const fs::path target = dir.path() / "out.safetensors";
+    const Vector<float> big = Vector<float>::Ones(4096);
+    std::ostringstream err;
+    int status = -1;
+    {
+        io_test::FileSizeLimit limit(4096, /*ignore_signal=*/false);
+        std::streambuf* const cerr_buffer = std::cerr.rdbuf(err.rdbuf());
+        status = cli::run_main("diffattn-forward", [&] {
+            write_safetensors(target, {{"logits", big}});
+            return 0;
+        });
+        std::cerr.rdbuf(cerr_buffer);
+    }
+    CHECK(status == 2);
+    check_words(err.str(), {"diffattn-forward: write_safetensors: \"", "out.safetensors\" was not written",
+                            "File too large", "(no file was created)"});
+    CHECK(io_test::entries_of(dir.path()).empty());
+}
+
+namespace {
+
+/// The message of the cli::UsageError (an example program's refusal: exit status 2) thrown by `action`.
+template <typename Action>
+std::string usage_error_of(Action&& action) {
+    try {
+        action();
+    } catch (const cli::UsageError& e) {
+        return e.message;
+    }
+    FAIL("no UsageError was thrown");
+    return {};
+}
+
+}  // namespace
+
+TEST_CASE("existing output file without the program's mark", "[catalogue][files][write]") {
+    // A file of the right kind and shape is not enough: only one carrying the mark that the
+    // program's own writer leaves ("written_by" in __metadata__ or in a JSON object) is replaced.
+    model_test::TempDir dir;
+    const fs::path logits = dir.path() / "logits.safetensors", maps = dir.path() / "tokens_row0.json";
+    const Vector<float> v = Vector<float>::Ones(4);
+    write_safetensors(logits, {{"logits", v}});
+    const std::string mark = "diffattn-forward --logits";
+    check_words(usage_error_of([&] {
+                    cli::check_output_file("--logits", logits, {}, cli::is_earlier_safetensors_output, mark);
+                }),
+                {"--logits: \"", "logits.safetensors\" exists and is not an earlier output of --logits",
+                 "it lacks the mark \"written_by\": \"diffattn-forward --logits\""});
+    write_safetensors(logits, {{"logits", v}}, {{"written_by", "someone else"}});
+    CHECK_FALSE(cli::is_earlier_safetensors_output(logits, mark));
+    write_safetensors(logits, {{"logits", v}}, {{"written_by", mark}});
+    cli::check_output_file("--logits", logits, {}, cli::is_earlier_safetensors_output, mark);  // replaced
+    write_text(maps, R"({"sequence": "tokens", "attention": "diff", "position": 0, "layers": []})");
+    check_words(usage_error_of([&] {
+                    cli::check_output_file("--maps", maps, {}, cli::is_earlier_json_output, "diffattn-analyze --maps");
+                }),
+                {"--maps", "tokens_row0.json", "exists and is not an earlier output of --maps"});
+    write_text(maps, R"({"layers": [], "written_by": "diffattn-analyze --maps"})");
+    CHECK(cli::is_earlier_json_output(maps, "diffattn-analyze --maps"));
+    CHECK_FALSE(cli::is_earlier_json_output(maps, "diffattn-analyze --json"));
+    write_text(maps, R"({"layers": {"written_by": "diffattn-analyze --maps"}})");  // the top level's only
+    CHECK_FALSE(cli::is_earlier_json_output(maps, "diffattn-analyze --maps"));
+}
+
+TEST_CASE("output path inside the model's folder", "[catalogue][files][write]") {
+    // Any path that resolves in or under the model's folder (a subfolder, "..", a link to it) is
+    // refused, existing or not: the model's folder is only read.
+    model_test::TempDir dir;
+    const fs::path model = dir.path() / "model";
+    fs::create_directories(model / "sub");
+    fs::create_directories(dir.path() / "other");
+    fs::create_directory_symlink(model, dir.path() / "link");
+    const std::vector<fs::path> inputs{model};
+    for (const fs::path& target : {model / "x.safetensors", model / "sub" / "x.safetensors",
+                                   dir.path() / "other" / ".." / "model" / "sub" / "x.safetensors",
+                                   dir.path() / "link" / "sub" / "x.safetensors", model / "sub" / "." / "x.safetensors"}) {
+        INFO(target);
+        check_words(usage_error_of([&] {
+                        cli::check_output_file("--logits", target, inputs, cli::is_earlier_safetensors_output, "m");
+                    }),
+                    {"--logits", "x.safetensors", "is in the model's folder", "which is only read"});
+    }
+    // A folder to be made there (diffattn-analyze --maps) is refused before it is made.
+    check_words(usage_error_of([&] {
+                    cli::check_output_file("--maps", model / "maps" / "a.json", inputs, cli::is_earlier_json_output,
+                                           "m", model / "maps");
+                }),
+                {"--maps", "is in the model's folder"});
+    CHECK(cli::is_in_or_under(model / "new" / "deeper", model));
+    CHECK_FALSE(cli::is_in_or_under(dir.path() / "model2", model));  // a sibling with a longer name
+    CHECK_FALSE(cli::is_in_or_under(dir.path() / "other" / "x", model));
+    cli::check_output_file("--logits", dir.path() / "other" / "x.safetensors", inputs,
+                           cli::is_earlier_safetensors_output, "m");
+}
+
 TEST_CASE("huge or garbage config.json", "[catalogue][files][config]") {
     model_test::TempDir dir;
     const fs::path path = dir.path() / "config.json";
@@ -358,7 +463,7 @@ TEST_CASE("bad config values", "[catalogue][config]") {
     CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(c, "vocab_size", "")),
                 "missing required key \"vocab_size\"");
     CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(c, "attention", "\"linear\"")),
-                "key \"attention\" must be one of softmax, diff, dint, shared_diff, diff_v2, got \"linear\"");
+                "key \"attention\" must be one of softmax, diff, dint, shared_diff, diff_v2, gda, got \"linear\"");
     CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(c, "rms_norm_eps", "0")),
                 "key \"rms_norm_eps\" must be a finite number > 0, got 0");
     CHECK_ERROR(ConfigError, model_config_from_json_text(config_json_with(c, "causal", "1")),
@@ -401,6 +506,21 @@ TEST_CASE("unknown or unsupported checkpoint", "[catalogue][config][checkpoints]
                 "num_attention_heads (2) and num_key_value_heads (1) must both be even");
 }
 
+TEST_CASE("llama3 rope scaling factor too small", "[catalogue][config][checkpoints]") {
+    // The frequencies divided by a tiny factor would overflow the angles: the factor is named,
+    // not rope_theta, which is fine.
+    model_test::TempDir dir;
+    const fs::path llama3 = fs::path(DIFFATTN_TEST_DATA_DIR) / "checkpoints" / "diffllama_llama3";
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(llama3 / "config.json"));
+    j["rope_scaling"]["factor"] = 1e-300;
+    write_text(dir.path() / "config.json", j.dump());
+    fs::copy_file(llama3 / "model.safetensors", dir.path() / "model.safetensors");
+    const std::string message = message_of<ConfigError>([&] { DecoderModel<float>::load(dir.path()); });
+    check_words(message, {"config.json", "llama3 rope scaling factor 1e-300 is too small",
+                          "the rotary frequencies divided by it reach", "would overflow"});
+    CHECK(message.find("rope_theta") == std::string::npos);
+}
+
 TEST_CASE("sharded checkpoint that does not hold together", "[catalogue][files][checkpoints]") {
     const fs::path refused = fs::path(DIFFATTN_TEST_DATA_DIR) / "checkpoints" / "refused";
     CHECK_ERROR(FileError, DecoderModel<float>::load(refused / "index_tensor_listed_for_other_shard"),
@@ -415,11 +535,93 @@ TEST_CASE("sharded checkpoint that does not hold together", "[catalogue][files][
     CHECK_ERROR(FileError, DecoderModel<float>::load(refused / "single_file_and_index"), "ambiguous checkpoint");
 }
 
+TEST_CASE("grouped heads that cannot form groups", "[catalogue][config][checkpoints]") {
+    ModelConfig c = tiny(AttentionKind::gda);
+    c.num_attention_heads = 6;
+    c.head_dim = 4;
+    c.gda_group_ratio = 4;
+    CHECK_ERROR(ConfigError, DecoderModel<float>(c),
+                "gda_group_ratio (4) must be > 0 and divide num_attention_heads (6) for attention gda");
+    c.gda_group_ratio = 3;
+    c.num_key_value_heads = 3;
+    CHECK_ERROR(ConfigError, DecoderModel<float>(c),
+                "num_key_value_heads (3) must divide the 2 noise heads (num_attention_heads 6 / gda_group_ratio 3)");
+    const fs::path refused = fs::path(DIFFATTN_TEST_DATA_DIR) / "checkpoints" / "refused";
+    CHECK_ERROR(ConfigError, DecoderModel<float>::load(refused / "motif2_noise_heads_not_dividing"), "config.json",
+                "motif checkpoint: num_noise_heads (3) must be less than and divide num_attention_heads (4)");
+    CHECK_ERROR(ConfigError, DecoderModel<float>::load(refused / "motif2_odd_kv_heads"),
+                "num_key_value_heads (1) must be even");
+    CHECK_ERROR(ConfigError, DecoderModel<float>::load(refused / "motif2_kv_pairs_not_dividing_groups"),
+                "num_noise_heads (2) must be a multiple of num_key_value_heads / 2 (3)");
+    CHECK_ERROR(ConfigError, DecoderModel<float>::load(refused / "motif2_without_head_dim"),
+                "key \"head_dim\" is required with num_noise_heads");
+}
+
+TEST_CASE("unsupported k_ratio", "[catalogue][config][checkpoints]") {
+    const fs::path refused = fs::path(DIFFATTN_TEST_DATA_DIR) / "checkpoints" / "refused";
+    CHECK_ERROR(ConfigError, DecoderModel<float>::load(refused / "motif2_k_ratio_2"), "config.json",
+                "motif checkpoint: key \"k_ratio\" is 2: only 1 is supported (Motif's vLLM MotifAttention never "
+                "reads it");
+}
+
+TEST_CASE("Motif-2 tensor missing or misshapen", "[catalogue][files][checkpoints]") {
+    const fs::path refused = fs::path(DIFFATTN_TEST_DATA_DIR) / "checkpoints" / "refused";
+    CHECK_ERROR(FileError, DecoderModel<float>::load(refused / "motif2_missing_subln"),
+                "missing tensor \"model.layers.0.self_attn.subln.weight\"");
+    CHECK_ERROR(FileError, DecoderModel<float>::load(refused / "motif2_o_proj_misshapen"),
+                "tensor \"model.layers.0.self_attn.o_proj.weight\" has shape [8, 12] but shape [8, 16] is expected");
+}
+
 TEST_CASE("bad end-of-sequence id", "[catalogue][config][checkpoints]") {
     model_test::TempDir dir;
     write_text(dir.path() / "generation_config.json", R"({"eos_token_id": [2, -1]})");
-    CHECK_ERROR(ConfigError, read_eos_token_ids(dir.path()), "generation_config.json \"",
+    CHECK_ERROR(ConfigError, read_eos_token_ids(dir.path(), 32), "generation_config.json \"",
                 "key \"eos_token_id\" must be a token id (an integer >= 0) or a list of them, got [2,-1]");
+}
+
+TEST_CASE("end-of-sequence id outside the vocabulary", "[catalogue][config][checkpoints]") {
+    // An id the model can never produce would never stop a generation: config.json's and
+    // generation_config.json's alike.
+    model_test::TempDir dir;
+    write_text(dir.path() / "config.json", R"({"eos_token_id": 32})");
+    CHECK_ERROR(ConfigError, read_eos_token_ids(dir.path(), 32), "config.json \"", dir.path().string().c_str(),
+                "key \"eos_token_id\" names id 32, outside the model's vocabulary [0, 32)");
+    write_text(dir.path() / "generation_config.json", R"({"eos_token_id": [2, 31, 4096]})");
+    CHECK_ERROR(ConfigError, read_eos_token_ids(dir.path(), 32), "generation_config.json \"",
+                "key \"eos_token_id\" names id 4096, outside the model's vocabulary [0, 32)");
+    write_text(dir.path() / "generation_config.json", R"({"eos_token_id": [2, 31]})");
+    CHECK(read_eos_token_ids(dir.path(), 32) == std::vector<Token>{2, 31});
+}
+
+TEST_CASE("end-of-sequence list of 200000 ids", "[catalogue][config][checkpoints]") {
+    // Not an error: 200,000 ids (about 570 KB, within config files' 1 MiB limit) are read in one
+    // linear pass (each id's check once built a dump of the whole list: minutes).
+    model_test::TempDir dir;
+    std::string list = "[";
+    for (int i = 0; i < 200000; ++i) list += std::to_string(i % 97) + (i + 1 < 200000 ? "," : "]");
+    write_text(dir.path() / "generation_config.json", "{\"eos_token_id\": " + list + "}");
+    CHECK(read_eos_token_ids(dir.path(), 97).size() == 97);
+    // A bad id in such a list is named without the whole list: the message stays short.
+    write_text(dir.path() / "generation_config.json", "{\"eos_token_id\": " + list.substr(0, list.size() - 1) + ",-1]}");
+    const std::string message = message_of<ConfigError>([&] { read_eos_token_ids(dir.path(), 97); });
+    check_words(message, {"generation_config.json", "\"eos_token_id\" must be a token id", "got [0,1,2,"});
+    CHECK(message.size() < 400);
+}
+
+TEST_CASE("generation_config.json that leads nowhere", "[catalogue][files][checkpoints]") {
+    // A dangling link (a Hub cache with a missing blob) or a link loop: an error naming it, not a
+    // silent fall back to config.json's eos, which would not stop where the checkpoint says.
+    model_test::TempDir dir;
+    write_text(dir.path() / "config.json", R"({"eos_token_id": 7})");
+    fs::create_symlink("../blobs/gone", dir.path() / "generation_config.json");
+    CHECK_ERROR(FileError, read_eos_token_ids(dir.path(), 32), "generation_config.json \"",
+                "it is a symbolic link to \"../blobs/gone\", which does not exist");
+    fs::remove(dir.path() / "generation_config.json");
+    fs::create_symlink("generation_config.json", dir.path() / "generation_config.json");
+    CHECK_ERROR(FileError, read_eos_token_ids(dir.path(), 32), "generation_config.json \"",
+                "cannot access it: Too many levels of symbolic links");
+    fs::remove(dir.path() / "generation_config.json");
+    CHECK(read_eos_token_ids(dir.path(), 32) == std::vector<Token>{7});  // absent: config.json's
 }
 
 TEST_CASE("zero heads", "[catalogue][config]") {
@@ -494,6 +696,13 @@ TEST_CASE("wrong shapes", "[catalogue][shapes]") {
     const RowMatrix<float> no_width(9, 0);
     RowMatrix<float> out0(9, 0);
     CHECK_ERROR(ShapeError, softmax_attention(no_width, no_width, no_width, out0), "head dim 0");
+    // gda: Q1 holds whole signal heads of Q2's width, and out one 2d block per signal head.
+    const RowMatrix<float> signal = random_matrix<float>(9, 100, 8);
+    CHECK_ERROR(ShapeError, gda_attention(signal, k1, q, k1, v, 0.5f, out), "gda_attention",
+                "Q1 is 9x100 but Q2 is 9x64 (Q1 holds gr >= 1 signal heads of Q2's width");
+    const RowMatrix<float> two_heads = random_matrix<float>(9, 128, 9);
+    CHECK_ERROR(ShapeError, gda_attention(two_heads, k1, q, k1, v, 0.5f, out), "gda_attention",
+                "out is 9x128 but must be 9x256");
 
     // Model level: the logits matrix, and a state of another configuration or too short.
     const DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 2);
@@ -864,6 +1073,41 @@ TEST_CASE("tokenizer.json outside the supported subset", "[catalogue][tokenizer]
                 "it is a symbolic link to \"gone.json\", which does not exist");
 }
 
+TEST_CASE("tokenizer regex whose meaning differs between Oniguruma and PCRE2", "[catalogue][tokenizer]") {
+    // Hugging Face compiles tokenizer.json patterns with Oniguruma: what PCRE2 reads otherwise is
+    // translated (\v is the vertical tab alone, (?m) lets "." match a newline) or refused at load.
+    nlohmann::json j = nlohmann::json::parse(
+        std::ifstream(fs::path(DIFFATTN_TEST_DATA_DIR) / "text" / "tiny_llama3" / "tokenizer.json"));
+    const auto with_pattern = [&](const char* pattern) {
+        j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", pattern}};
+        return text::Tokenizer::from_json_text(j.dump(), "tokenizer.json \"t.json\"");
+    };
+    const text::Tokenizer one_piece = with_pattern("(?:.|\n)+");  // the whole text as one piece
+    CHECK(with_pattern("\\v|[^\\v]+").encode(".\n", false) == one_piece.encode(".\n", false));
+    CHECK(with_pattern("(?m).+").encode("a\nb", false) == one_piece.encode("a\nb", false));
+    for (const char* pattern : {"(?s).+", "[[:alpha:]]+", "a{1,2}+", "(?i:ss)"}) {
+        j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", pattern}};
+        CHECK_ERROR(ConfigError, text::Tokenizer::from_json_text(j.dump(), "tokenizer.json \"t.json\""),
+                    "tokenizer.json \"t.json\": pre_tokenizer.pretokenizers[0].pattern", "the regex uses ",
+                    "which diffattn does not translate from Oniguruma to PCRE2; pattern: ");
+    }
+}
+
+TEST_CASE("tokenizer regex that can match the empty string", "[catalogue][tokenizer]") {
+    // Refused when tokenizer.json is read, not when a prompt happens to hold an "a".
+    nlohmann::json j = nlohmann::json::parse(
+        std::ifstream(fs::path(DIFFATTN_TEST_DATA_DIR) / "text" / "tiny_llama3" / "tokenizer.json"));
+    for (const char* pattern : {"(?=a)|b", "b|(?<!a)", "b?(?=c)"}) {
+        j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", pattern}};
+        CHECK_ERROR(ConfigError, text::Tokenizer::from_json_text(j.dump(), "tokenizer.json \"t.json\""),
+                    "tokenizer.json \"t.json\": pre_tokenizer.pretokenizers[0].pattern",
+                    "the regex can match the empty string, which diffattn does not support; pattern: ");
+    }
+    j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "a\\K|."}};
+    CHECK_ERROR(ConfigError, text::Tokenizer::from_json_text(j.dump(), "tokenizer.json \"t.json\""),
+                "pre_tokenizer.pretokenizers[0].pattern: the regex uses \\K");
+}
+
 TEST_CASE("text that is not UTF-8, or a token id that names no token", "[catalogue][tokenizer]") {
     const text::Tokenizer tokenizer = text::Tokenizer::load(fs::path(DIFFATTN_TEST_DATA_DIR) / "text" / "tiny_llama3");
     CHECK_ERROR(Error, tokenizer.encode("abc\xFF"), "Tokenizer::encode: the text is not valid UTF-8: byte 0xff at offset 3");
@@ -911,6 +1155,22 @@ TEST_CASE("attention analysis rows or spans outside the sequence", "[catalogue][
                 "rows[0].noise[1] is 4 after 5; the noise positions must be strictly increasing");
     CHECK_ERROR(ShapeError, analyzer.run(model, std::vector<Token>(13, 5), {row(1)}, result),
                 "13 tokens but the analyzer holds at most 12");
+}
+
+TEST_CASE("attention figures of another shape", "[catalogue][analysis]") {
+    analysis::AnalysisResult two_heads;
+    two_heads.n_layers = 1, two_heads.n_heads = 2, two_heads.n_rows = 1;
+    two_heads.figures.resize(2);
+    analysis::AnalysisResult one_head = two_heads;
+    one_head.n_heads = 1;
+    one_head.figures.resize(1);
+    analysis::RowSummary summary;
+    summary.add(two_heads);
+    CHECK_ERROR(ShapeError, summary.add(one_head),
+                "RowSummary::add: a result of 1 layers and 1 heads after results of 1 and 2");
+    CHECK_ERROR(ShapeError, summary.estimate(1, 0, analysis::Figure::answer_share),
+                "RowSummary::estimate: layer 1 head 0 of a summary of 1 layers and 2 heads");
+    CHECK_ERROR(ShapeError, summary.estimate(0, 2, analysis::Figure::answer_share), "layer 0 head 2");
 }
 
 TEST_CASE("ranks that disagree", "[catalogue][distributed]") {
@@ -971,6 +1231,35 @@ TEST_CASE("KV cache layer out of range", "[catalogue][kv_cache]") {
     CHECK_ERROR(ShapeError, cache.values(-1), "KvCache: layer -1 is not one of its 2 layers");
     CHECK_ERROR(ShapeError, cache.stored_values<float>(2), "KvCache: layer 2 is not one of its 2 layers");
     CHECK(cache.keys(1).rows() == 2);  // the last layer is one
+}
+
+TEST_CASE("key or value beyond the range of an f16 KV cache", "[catalogue][kv_cache]") {
+    // k_proj and v_proj of layer 1 scaled by 1e6: its keys and values reach past 65504, f16's
+    // largest, and would be stored as infinities (greedy decoding then gave token 0 at every step).
+    // f32 and bf16 (float's range) hold them; f16 is refused naming the layer and the position, and
+    // the cache is emptied.
+    DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 1);
+    for (Parameter<float>& p : model.parameters()) {
+        if (p.name == "model.layers.1.self_attn.k_proj.weight" || p.name == "model.layers.1.self_attn.v_proj.weight") {
+            p.slices.front().map() *= 1e6f;
+        }
+    }
+    ForwardState<float> state = model.make_state(4);
+    for (const KvPrecision precision : {KvPrecision::f32, KvPrecision::bf16}) {
+        KvCache<float> cache = model.make_cache(8, precision);
+        model.forward({1, 2}, state, &cache);
+        CHECK(state.logits.topRows(2).allFinite());
+    }
+    KvCache<float> half = model.make_cache(8, KvPrecision::f16);
+    CHECK_ERROR(OptionError, model.forward({1, 2}, state, &half), "MultiHeadAttention::forward: layer 1's key at position 0",
+                "has an entry beyond the range of f16 (the KV cache's precision), which would store it as infinity",
+                "use a KV cache of f32 or bf16");
+    CHECK(half.length() == 0);
+    // A decode step names its own position; the unscaled model fills the same cache without a word.
+    const DecoderModel<float> plain = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 1);
+    plain.forward({1, 2, 3}, state, &half);
+    CHECK(half.length() == 3);
+    CHECK_ERROR(OptionError, model.forward({4}, state, &half), "layer 1's key at position 3");
 }
 
 TEST_CASE("half-precision cache read as float", "[catalogue][kv_cache]") {

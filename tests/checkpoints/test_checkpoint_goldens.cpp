@@ -79,7 +79,7 @@ std::vector<std::filesystem::path> golden_dirs() {
 }  // namespace
 
 TEST_CASE("released checkpoints: the golden directories are present", "[checkpoints][golden]") {
-    CHECK(checkpoint_golden_dirs().size() == 7);
+    CHECK(checkpoint_golden_dirs().size() == 10);
     CHECK(std::filesystem::exists(demo_model_dir() / "golden.safetensors"));
 }
 
@@ -123,7 +123,7 @@ TEMPLATE_TEST_CASE("released checkpoints: greedy generation stops at generation_
         const DecoderModel<T> model = DecoderModel<T>::load(dir);
         const model_test::Golden golden = model_test::read_golden(dir);
         const Continuation expected = read_continuation(dir);
-        const std::vector<Token> eos = read_eos_token_ids(dir);
+        const std::vector<Token> eos = read_eos_token_ids(dir, model.config().vocab_size);
         CHECK(eos == expected.eos_ids);
         for (bool use_cache : {true, false}) {
             INFO((use_cache ? "with" : "without") << " the KV cache");

@@ -54,7 +54,16 @@ const std::map<std::string, Expected>& refusals() {
         {"motif_qkv_bias", {Refusal::config, {"motif", "\"qkv_bias\" is true"}}},
         {"motif_hidden_act_silu", {Refusal::config, {"\"hidden_act\" is \"silu\"", "\"poly_norm\""}}},
         {"motif_without_hidden_act", {Refusal::config, {"\"hidden_act\" is absent", "\"poly_norm\""}}},
-        {"motif_num_noise_heads", {Refusal::config, {"\"num_noise_heads\" is 1", "grouped differential attention"}}},
+        {"motif2_without_head_dim", {Refusal::config, {"motif checkpoint", "\"head_dim\" is required with num_noise_heads"}}},
+        {"motif2_zero_noise_heads", {Refusal::config, {"\"num_noise_heads\" must be an integer >= 1, got 0"}}},
+        {"motif2_noise_heads_not_dividing",
+         {Refusal::config, {"num_noise_heads (3) must be less than and divide num_attention_heads (4)"}}},
+        {"motif2_only_noise_heads",
+         {Refusal::config, {"num_noise_heads (3) must be less than and divide num_attention_heads (3)"}}},
+        {"motif2_odd_kv_heads", {Refusal::config, {"num_key_value_heads (1) must be even"}}},
+        {"motif2_kv_pairs_not_dividing_groups",
+         {Refusal::config, {"num_noise_heads (2) must be a multiple of num_key_value_heads / 2 (3)"}}},
+        {"motif2_k_ratio_2", {Refusal::config, {"motif checkpoint", "\"k_ratio\" is 2", "only 1 is supported"}}},
         {"motif_head_dim_mismatch", {Refusal::config, {"\"head_dim\" is 8", "hidden_size / num_attention_heads = 4"}}},
         {"motif_without_attn_rms_norm_eps", {Refusal::config, {"\"attn_rms_norm_eps\" is required"}}},
         {"motif_without_rms_norm_eps", {Refusal::config, {"\"rms_norm_eps\" is required"}}},
@@ -64,6 +73,9 @@ const std::map<std::string, Expected>& refusals() {
         {"misshapen_tensor",
          {Refusal::file, {"model.safetensors", "\"model.layers.0.self_attn.lambda_q1\" has shape [5] but shape [4] is expected"}}},
         {"motif_missing_act_fn_bias", {Refusal::file, {"model.safetensors", "missing tensor \"model.layers.0.mlp.act_fn.bias\""}}},
+        {"motif2_missing_subln", {Refusal::file, {"model.safetensors", "missing tensor \"model.layers.0.self_attn.subln.weight\""}}},
+        {"motif2_o_proj_misshapen",
+         {Refusal::file, {"model.safetensors", "\"model.layers.0.self_attn.o_proj.weight\" has shape [8, 12] but shape [8, 16] is expected"}}},
         {"tied_with_lm_head", {Refusal::file, {"model.safetensors", "1 unexpected tensor: \"lm_head.weight\""}}},
         {"single_file_and_index", {Refusal::file, {"model.safetensors.index.json", "ambiguous", "model.safetensors\" is also present"}}},
         {"index_shard_path_escapes",
@@ -114,7 +126,7 @@ nlohmann::json read_json(const fs::path& path) {
 
 TEST_CASE("released checkpoints: every refused directory is refused, naming the fault", "[checkpoints][refused]") {
     const std::vector<fs::path> dirs = model_test::refused_checkpoint_dirs();
-    CHECK(dirs.size() == refusals().size());  // 33 faults and control_valid
+    CHECK(dirs.size() == refusals().size());  // 41 faults and control_valid
     for (const fs::path& dir : dirs) {
         const std::string name = dir.filename().string();
         INFO("refused/" << name);
@@ -313,20 +325,77 @@ TEST_CASE("released checkpoints: config.json rules and defaults", "[checkpoints]
     CHECK_THAT(warnings[0], Catch::Contains("\"brand_new_key\""));
 }
 
+TEST_CASE("released checkpoints: Motif-2 config.json rules (grouped differential attention)", "[checkpoints][config]") {
+    const nlohmann::json base = read_json(golden_dir("motif2_gda_r4_f32") / "config.json");
+    const auto config_of = [](const nlohmann::json& json) { return checkpoint_config_from_json(json); };
+    const auto error_of = [&](const nlohmann::json& json) {
+        return message_of<ConfigError>([&] { (void)config_of(json); });
+    };
+    // 10 query heads in 2 groups of 4 signal heads and a noise head; 4 kv heads = 2 pairs.
+    const ModelConfig c = config_of(base);
+    CHECK(c.attention == AttentionKind::gda);
+    CHECK(c.num_attention_heads == 8);
+    CHECK(c.gda_group_ratio == 4);
+    CHECK(c.kv_heads() == 2);
+    CHECK(c.head_dim == 8);
+    CHECK(c.conventions.family == CheckpointFamily::motif);
+    CHECK(c.conventions.head_pairing == HeadPairing::stripe);
+    CHECK(c.conventions.pair_norm == PairNorm::affine);
+    CHECK(c.conventions.lambda_depth_offset == -1);
+    CHECK(c.mlp_activation == MlpActivation::poly_norm);
+    const AttentionConfig a = c.attention_config();
+    CHECK(a.q_width() == 10 * 8);
+    CHECK(a.k_width() == 4 * 8);
+    CHECK(a.v_width() == 4 * 8);
+    CHECK(a.out_width() == 2 * 8 * 8);  // o_proj's input: 2 hd per signal head
+    CHECK(a.query_map(5, 0) == 6);      // signal head 5 = the second of group 1 (heads 5 .. 9)
+    CHECK(a.query_map(5, 1) == 9);      // group 1's noise head closes it
+    CHECK(a.key_map(5, 0) == 2);
+    CHECK(a.key_map(5, 1) == 3);
+
+    nlohmann::json j = base;
+    j["k_ratio"] = nullptr;  // null is absent: 1
+    CHECK(config_of(j).gda_group_ratio == 4);
+    j["k_ratio"] = 1.0;  // an integer, as mlx-motif's ModelArgs requires
+    check_fragments(error_of(j), {"\"k_ratio\" is 1.0", "only 1 is supported"});
+    j = base;
+    j["num_noise_heads"] = nullptr;  // null: vanilla differential attention, pairs of heads and kv heads
+    check_fragments(error_of(j), {"num_key_value_heads (4) must divide num_attention_heads (10)"});
+    j = base;
+    j["head_dim"] = 7;
+    check_fragments(error_of(j), {"head_dim (7) must be even"});
+    j = base;
+    j["num_key_value_heads"] = 8;  // 4 pairs for 2 groups
+    check_fragments(error_of(j), {"num_noise_heads (2) must be a multiple of num_key_value_heads / 2 (4)"});
+    j = base;
+    j["num_key_value_heads"] = 2;  // one pair serving both groups: fine
+    CHECK(config_of(j).kv_heads() == 1);
+    j = base;
+    j["hidden_act"] = "silu";
+    check_fragments(error_of(j), {"\"hidden_act\" is \"silu\"", "\"poly_norm\""});
+    nlohmann::json vanilla = read_json(golden_dir("motif_mha_f32") / "config.json");
+    vanilla["k_ratio"] = 2;
+    check_fragments(error_of(vanilla), {"\"k_ratio\" is 2"});
+    CHECK_THROWS_WITH(model_config_to_json(c), Catch::Contains("cannot express"));
+    std::vector<std::string> warnings;
+    (void)checkpoint_config_from_json(base, &warnings, "config.json");
+    CHECK(warnings.empty());
+}
+
 TEST_CASE("released checkpoints: end-of-sequence ids", "[checkpoints][config][generate]") {
     model_test::TempDir tmp;
     const fs::path dir = tmp.path();
-    CHECK(read_eos_token_ids(dir).empty());  // neither file: no stop
+    CHECK(read_eos_token_ids(dir, 16).empty());  // neither file: no stop
     write_text(dir / "config.json", R"({"eos_token_id": 7})");
-    CHECK(read_eos_token_ids(dir) == std::vector<Token>{7});
+    CHECK(read_eos_token_ids(dir, 16) == std::vector<Token>{7});
     write_text(dir / "generation_config.json", R"({"bos_token_id": 1})");  // no eos key: config.json's
-    CHECK(read_eos_token_ids(dir) == std::vector<Token>{7});
+    CHECK(read_eos_token_ids(dir, 16) == std::vector<Token>{7});
     write_text(dir / "generation_config.json", R"({"eos_token_id": [9, 3, 9]})");
-    CHECK(read_eos_token_ids(dir) == std::vector<Token>{3, 9});
+    CHECK(read_eos_token_ids(dir, 16) == std::vector<Token>{3, 9});
     write_text(dir / "generation_config.json", R"({"eos_token_id": null})");  // present: no fallback
-    CHECK(read_eos_token_ids(dir).empty());
+    CHECK(read_eos_token_ids(dir, 16).empty());
     write_text(dir / "generation_config.json", R"({"eos_token_id": "2"})");
-    CHECK_THROWS_WITH(read_eos_token_ids(dir),
+    CHECK_THROWS_WITH(read_eos_token_ids(dir, 16),
                       Catch::Contains("generation_config.json") && Catch::Contains("\"eos_token_id\"") &&
                           Catch::Contains("\"2\""));
 }

@@ -27,6 +27,7 @@ std::vector<NamedModel> models() {
                                  {"diff", small_config(AttentionKind::diff)},
                                  {"shared_diff", small_config(AttentionKind::shared_diff)},
                                  {"diff_v2", small_config(AttentionKind::diff_v2)},
+                                 {"gda (each signal head a DIFF head of the ring)", small_config(AttentionKind::gda)},
                                  {"dint causal_softmax", small_config(AttentionKind::dint, DintIntegral::causal_softmax)},
                                  {"dint causal_mean", small_config(AttentionKind::dint, DintIntegral::causal_mean)}};
     ModelConfig encoder = small_config(AttentionKind::dint, DintIntegral::global_mean);

@@ -4,10 +4,11 @@
 #   CHECK=citations  every "docs/math.md §n" cited under include/, tests/, examples/, bench/,
 #                    fuzz/ and tools/ names a section that docs/math.md has, and nothing cites
 #                    the old out-of-repo "SPEC n";
-#   CHECK=retrieval  every table line of the README between "<!-- retrieval tables -->" and
-#                    "<!-- /retrieval tables -->" (at least one table) is a line of
+#   CHECK=retrieval  every table line of the README and of docs/retrieval.md between
+#                    "<!-- retrieval tables -->" and "<!-- /retrieval tables -->" is a line of
 #                    docs/retrieval/tables.md, the committed output of scripts/retrieval-report.sh
-#                    (the README's figures are that run's, not typed in);
+#                    (their figures are that run's, not typed in); the README holds at least one
+#                    table (3 lines: it may keep only the headline), docs/retrieval.md at least 10;
 #   CHECK=benchmarks every section of docs/benchmarks.md cited by name anywhere in the tree (the
 #                    file's name, then one or more names in double quotes, over line breaks and
 #                    comment markers) is a heading of that file or the bold name of a table row.
@@ -98,27 +99,32 @@ elseif(CHECK STREQUAL "citations")
   message(STATUS "citations: ${_n_citations} to docs/math.md, sections ${_sections}")
 
 elseif(CHECK STREQUAL "retrieval")
-  read_lines("${SOURCE_DIR}/README.md" _readme)
   read_lines("${SOURCE_DIR}/docs/retrieval/tables.md" _tables)
-  set(_inside OFF)
-  set(_n_lines 0)
-  foreach(_line IN LISTS _readme)
-    if(_line STREQUAL "<!-- retrieval tables -->")
-      set(_inside ON)
-    elseif(_line STREQUAL "<!-- /retrieval tables -->")
-      set(_inside OFF)
-    elseif(_inside AND _line MATCHES "^\\|")
-      math(EXPR _n_lines "${_n_lines} + 1")
-      if(NOT _line IN_LIST _tables)
-        list(APPEND _failures "README.md table line not in docs/retrieval/tables.md: ${_line}")
+  foreach(_doc IN ITEMS README.md docs/retrieval.md)
+    read_lines("${SOURCE_DIR}/${_doc}" _doc_lines)
+    set(_inside OFF)
+    set(_n_lines 0)
+    foreach(_line IN LISTS _doc_lines)
+      if(_line STREQUAL "<!-- retrieval tables -->")
+        set(_inside ON)
+      elseif(_line STREQUAL "<!-- /retrieval tables -->")
+        set(_inside OFF)
+      elseif(_inside AND _line MATCHES "^\\|")
+        math(EXPR _n_lines "${_n_lines} + 1")
+        if(NOT _line IN_LIST _tables)
+          list(APPEND _failures "${_doc} table line not in docs/retrieval/tables.md: ${_line}")
+        endif()
       endif()
+    endforeach()
+    set(_least 10)
+    if(_doc STREQUAL "README.md")
+      set(_least 3)
     endif()
+    if(_n_lines LESS _least)
+      list(APPEND _failures "found ${_n_lines} table lines in the retrieval tables blocks of ${_doc}")
+    endif()
+    message(STATUS "retrieval: ${_n_lines} table lines of ${_doc}, all from docs/retrieval/tables.md")
   endforeach()
-  # At least a table's header, separator and one row: the README may hold only the headline table.
-  if(_n_lines LESS 3)
-    list(APPEND _failures "found ${_n_lines} table lines in the README's retrieval tables block")
-  endif()
-  message(STATUS "retrieval: ${_n_lines} README table lines, all from docs/retrieval/tables.md")
 
 elseif(CHECK STREQUAL "benchmarks")
   # The names a citation may use: every heading's text and every table row's bold first cell.

@@ -6,6 +6,7 @@
 //
 // Not named test_*.cpp: examples/CMakeLists.txt builds it (it needs the program's path), when
 // both the examples and the tests are built.
+#include "../io/safetensors_test_support.hpp"
 #include "../model/model_files.hpp"
 
 #include "run_program.hpp"
@@ -17,8 +18,10 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 using Catch::Matchers::Contains;
@@ -82,7 +85,7 @@ TEST_CASE("diffattn-analyze: an attention set's figures and accuracy equal PyTor
         for (std::size_t l = 0; l < want_layers.size(); ++l) {
             REQUIRE(got_layers[l].size() == want_layers[l].size());
             for (std::size_t h = 0; h < want_layers[l].size(); ++h) {
-                for (const auto& [name, value] : want_layers[l][h].items()) {
+                for (const auto& [name, value] : want_layers[l][h].items()) {  // every figure and its _se
                     INFO("layer " << l << " head " << h << " " << name);
                     CHECK(std::abs(got_layers[l][h].at(name).get<double>() - value.get<double>()) <=
                           64.0 * std::numeric_limits<float>::epsilon());
@@ -143,16 +146,23 @@ TEST_CASE("diffattn-analyze: --maps writes the maps the figures come from", "[ex
                 const std::vector<double> combined = head.at("combined").get<std::vector<double>>();
                 REQUIRE(static_cast<long>(combined.size()) == position + 1);  // the keys a causal row sees
                 REQUIRE(a1.size() == combined.size());
-                double a1_sum = 0, row_sum = 0, answer_mass = 0;
+                double a1_sum = 0, row_sum = 0, abs_sum = 0, answer_mass = 0, answer_abs = 0;
                 for (std::size_t j = 0; j < combined.size(); ++j) {
                     a1_sum += a1[j];
                     row_sum += combined[j];
+                    abs_sum += std::abs(combined[j]);
                 }
-                for (const long j : answer) answer_mass += j <= position ? combined[static_cast<std::size_t>(j)] : 0.0;
+                for (const long j : answer) {
+                    if (j > position) continue;
+                    answer_mass += combined[static_cast<std::size_t>(j)];
+                    answer_abs += std::abs(combined[static_cast<std::size_t>(j)]);
+                }
                 const json& f = row.at("per_layer_head").at(l).at(head.at("head").get<std::size_t>());
                 CHECK(std::abs(a1_sum - 1.0) <= 1e-12);
                 CHECK(std::abs(row_sum - f.at("row_sum").get<double>()) <= 1e-12);
-                CHECK(std::abs(answer_mass / row_sum - f.at("answer").get<double>()) <= 1e-12);
+                CHECK(std::abs(answer_mass - f.at("answer_mass").get<double>()) <= 1e-12);
+                CHECK(std::abs(answer_abs / abs_sum - f.at("answer_share").get<double>()) <= 1e-12);
+                CHECK(std::abs(answer_mass / row_sum - f.at("answer_normalised").get<double>()) <= 1e-12);
             }
         }
     }
@@ -267,7 +277,34 @@ TEST_CASE("diffattn-analyze: --json and --maps replace only their own earlier ou
     const Run again = with({"--maps", maps.string(), "--json", out.string()});
     INFO(again.err);
     CHECK(again.status == 0);
-    CHECK(read_json(out).at("format") == "diffattn-analysis-1");
+    CHECK(read_json(out).at("format") == "diffattn-analysis-2");
+    CHECK(read_json(out).at("written_by") == "diffattn-analyze --json");
+    CHECK(read_json(maps / "tokens_row0.json").at("written_by") == "diffattn-analyze --maps");
+    // A JSON object with a map file's members but without the mark of --maps is someone else's.
+    const std::string theirs = R"({"sequence": "tokens", "attention": "diff", "position": 0, "layers": []})";
+    std::ofstream(maps / "tokens_row0.json") << theirs;
+    check_refused(with({"--maps", maps.string()}), {"--maps", "tokens_row0.json", "is not an earlier output of --maps"});
+    CHECK(cli_test::read_all(maps / "tokens_row0.json") == theirs);
+}
+
+TEST_CASE("diffattn-analyze: --maps and --json under the model's folder are refused, nothing made", "[examples][cli][analysis]") {
+    model_test::TempDir dir;
+    const fs::path model = dir.path() / "model";
+    fs::create_directories(model / "sub");
+    for (const char* name : {"config.json", "model.safetensors"}) fs::copy_file(fs::path(model_dir("diff")) / name, model / name);
+    fs::create_directory_symlink(model, dir.path() / "link");
+    const std::vector<std::string> tokens = {"--model", model.string(), "--tokens", "1 2 3 4"};
+    for (const fs::path& maps : {model / "maps", model / "sub" / "maps", dir.path() / "link" / "maps",
+                                 dir.path() / "x" / ".." / "model" / "maps"}) {
+        std::vector<std::string> args = tokens;
+        args.insert(args.end(), {"--maps", maps.string()});
+        check_refused(run_analyze(args), {"--maps", "is in the model's folder"});
+    }
+    std::vector<std::string> args = tokens;
+    args.insert(args.end(), {"--json", (model / "sub" / "out.json").string()});
+    check_refused(run_analyze(args), {"--json", "is in the model's folder"});
+    CHECK(io_test::entries_of(model) == std::set<std::string>{"config.json", "model.safetensors", "sub"});
+    CHECK(io_test::entries_of(model / "sub").empty());
 }
 
 TEST_CASE("diffattn-analyze: a malformed episodes file is named where it is wrong", "[examples][cli][analysis]") {
@@ -280,6 +317,19 @@ TEST_CASE("diffattn-analyze: a malformed episodes file is named where it is wron
         check_refused(run, fragments);
         CHECK(run.err.find("json.exception") == std::string::npos);  // not nlohmann's own words
     };
+    // The top level: its "format" and "sets" named, with what they hold.
+    for (const auto& [doc, fragment] : std::vector<std::pair<json, const char*>>{
+             {{{"format", 5}, {"sets", json::array()}}, "not an episodes file: key \"format\" must be \"diffattn-retrieval-episodes-1\", got 5"},
+             {{{"format", "other-1"}, {"sets", json::array()}}, "key \"format\" must be \"diffattn-retrieval-episodes-1\", got \"other-1\""},
+             {{{"sets", json::array()}}, "has no \"format\""},
+             {{{"format", "diffattn-retrieval-episodes-1"}}, "has no \"sets\""},
+             {{{"format", "diffattn-retrieval-episodes-1"}, {"sets", 5}}, "key \"sets\" must be a list of sets, got 5"},
+             {json::array({1}), "not an episodes file: a JSON object of format diffattn-retrieval-episodes-1"}}) {
+        std::ofstream(episodes) << doc.dump();
+        const Run run = run_analyze({"--model", model, "--episodes", episodes.string()});
+        check_refused(run, {"episodes file \"", fragment});
+        CHECK(run.err.find("json.exception") == std::string::npos);
+    }
     refused(json::array({5}), {"set 0 must be a JSON object, got 5"});
     refused(json::array({{{"name", 5}, {"episodes", json::array()}}}), {"set 0: \"name\" must be a string"});
     refused(json::array({{{"name", "a"}}}), {"set 0 has no \"episodes\""});

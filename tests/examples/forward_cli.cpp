@@ -6,6 +6,7 @@
 // Not named test_*.cpp: examples/CMakeLists.txt builds it (it needs the program's path), when
 // both the examples and the tests are built.
 #include "../model/golden_files.hpp"
+#include "../io/safetensors_test_support.hpp"
 #include "../model/model_files.hpp"
 
 #include "diffattn/io/safetensors.hpp"
@@ -21,6 +22,7 @@
 #include <iterator>
 #include <limits>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -194,6 +196,49 @@ TEST_CASE("diffattn-forward: --logits replaces only its own earlier output", "[e
     // A safetensors file of other tensors is not one.
     check_refused(run_forward({"--logits", (model / "model.safetensors").string(), "--tokens", "1"}),
                   {"exists and is not an earlier output of --logits"});
+    // Nor one of the same shape that another writer made: only the mark of --logits counts.
+    const fs::path theirs = dir.path() / "theirs.safetensors";
+    const RowMatrix<float> zeros = RowMatrix<float>::Zero(2, 16);
+    write_safetensors(theirs, {{"logits", TensorView(zeros)}});
+    const std::string their_bytes = cli_test::read_all(theirs);
+    check_refused(run_forward({"--model", m, "--tokens", "1 2", "--logits", theirs.string()}),
+                  {"--logits", "theirs.safetensors", "exists and is not an earlier output of --logits"});
+    CHECK(cli_test::read_all(theirs) == their_bytes);
+    CHECK(SafetensorsFile(out).metadata().at("written_by") == "diffattn-forward --logits");
+}
+
+TEST_CASE("diffattn-forward: --logits under the model's folder is refused however it is spelt", "[examples][cli]") {
+    model_test::TempDir dir;
+    const fs::path model = dir.path() / "model";
+    fs::create_directories(model / "sub");
+    fs::create_directories(dir.path() / "other");
+    fs::create_directory_symlink(model, dir.path() / "link");
+    write_nan_model(model, 16, [](Index) { return false; });
+    for (const fs::path& target : {model / "sub" / "x.safetensors", dir.path() / "other" / ".." / "model" / "x.safetensors",
+                                   dir.path() / "link" / "sub" / "x.safetensors"}) {
+        const Run run = run_forward({"--model", model.string(), "--tokens", "1 2", "--logits", target.string()});
+        check_refused(run, {"--logits", "x.safetensors", "is in the model's folder"});
+        CHECK(run.out.empty());
+    }
+    CHECK(io_test::entries_of(model / "sub").empty());
+    CHECK(io_test::entries_of(model) == std::set<std::string>{"config.json", "model.safetensors", "sub"});
+}
+
+TEST_CASE("diffattn-forward: --logits past the file-size limit exits 2 and leaves no file", "[examples][cli]") {
+    // (ulimit -f 4; diffattn-forward ... --logits out.safetensors): SIGXFSZ killed the program with
+    // no message (exit 153) and left its temporary file. 16 x 256 logits are 16 KiB.
+    model_test::TempDir dir;
+    const fs::path model = dir.path() / "model", out = dir.path() / "out" / "out.safetensors";
+    fs::create_directories(model);
+    fs::create_directories(out.parent_path());
+    write_nan_model(model, 256, [](Index) { return false; });
+    Run run;
+    {
+        io_test::FileSizeLimit limit(4096, /*ignore_signal=*/false);  // the program's default SIGXFSZ action
+        run = run_forward({"--model", model.string(), "--logits", out.string()});
+    }
+    check_refused(run, {"write_safetensors", "out.safetensors\" was not written", "File too large"});
+    CHECK(io_test::entries_of(out.parent_path()).empty());
 }
 
 TEST_CASE("diffattn-forward: a bad generation_config.json stops the run before --logits", "[examples][cli]") {
@@ -373,6 +418,30 @@ TEST_CASE("diffattn-forward: --kv-cache stores the cache as f32, f16 or bf16", "
         REQUIRE(run.status == 0);
         CHECK_THAT(run.out, Contains(e.line));
         CHECK(printed_ids(run.out, "generated:").size() == 5);
+    }
+}
+
+TEST_CASE("diffattn-forward: Motif-2 checkpoints give the golden logits (--logits) and continuation (--generate)",
+          "[examples][cli][checkpoints]") {
+    // Grouped differential attention (docs/checkpoints.md, "Motif-2"), read as the Hub ships it.
+    for (const char* name : {"motif2_gda_r4_f32", "motif2_gda_r2_bf16_tied_sharded"}) {
+        INFO("checkpoint " << name);
+        const fs::path dir = fs::path(DIFFATTN_TEST_DATA_DIR) / "checkpoints" / name;
+        const model_test::Golden golden = model_test::read_golden(dir);
+        const SafetensorsFile golden_file(dir / "golden.safetensors");
+        const std::vector<Token> expected = model_test::golden_tokens(golden_file, "generated");
+        std::string ids;
+        for (Token t : golden.tokens) ids += std::to_string(t) + " ";
+        model_test::TempDir tmp;
+        const fs::path logits_path = tmp.path() / "logits.safetensors";
+        const Run run = run_forward({"--model", dir.string(), "--tokens", ids, "--logits", logits_path.string(),
+                                     "--generate", golden_file.metadata().at("max_new_tokens")});
+        INFO("stdout: " << run.out << "\nstderr: " << run.err);
+        REQUIRE(run.status == 0);
+        CHECK(printed_ids(run.out, "generated:") == expected);
+        const RowMatrix<double> logits = SafetensorsFile(logits_path).matrix<double>("logits");  // F32, widened
+        const double m = model_test::magnitude(golden.logits);
+        CHECK(model_test::max_abs_diff(logits, golden.logits) <= model_test::golden_tolerance<float>(m));
     }
 }
 

@@ -128,11 +128,13 @@ inline std::set<std::string> entries_of(const fs::path& dir) {
 /// a chosen offset on any file system, where a full disk cannot be had (no small tmpfs here).
 class FileSizeLimit {
 public:
-    explicit FileSizeLimit(rlim_t bytes) {
+    /// `ignore_signal` false: SIGXFSZ keeps its default action (the process is killed), as in a
+    /// program that does not ignore it itself.
+    explicit FileSizeLimit(rlim_t bytes, bool ignore_signal = true) {
         REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved_) == 0);
         rlimit lowered = saved_;
         lowered.rlim_cur = std::min(bytes, saved_.rlim_max);
-        previous_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+        previous_handler_ = std::signal(SIGXFSZ, ignore_signal ? SIG_IGN : SIG_DFL);
         REQUIRE(::setrlimit(RLIMIT_FSIZE, &lowered) == 0);
     }
     ~FileSizeLimit() {

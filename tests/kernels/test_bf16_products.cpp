@@ -9,6 +9,7 @@
 #include "diffattn/kernels/bf16_rounding.hpp"
 #include "diffattn/kernels/diff_attention.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
+#include "diffattn/kernels/gda_attention.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
 #include "diffattn/layers/head_blocks.hpp"
 
@@ -412,4 +413,35 @@ TEST_CASE("BF16 compute leaves calls of fewer than kMinPackedRows rows (decode s
     AttentionOptions o;
     o.compute = Compute::bf16;
     CHECK_THROWS_AS(diffattn::softmax_attention(q, q, v, out, o), OptionError);
+}
+
+TEST_CASE("BF16 products in GDA: each signal head equals DIFF with the same compute, bit for bit",
+          "[kernels][bf16][gda]") {
+    // A GDA group runs its noise map once and each signal head as a map beside it, as DIFF runs its
+    // two maps (kernels/gda_attention.hpp), so DIFF's bound (checked above) holds for every head.
+    DIFFATTN_TEST_RNG(rng);
+    const Index gr = 3;
+    for (const KernelCase& c : {multi_group_case(kGroupRows + 21, kGroupRows + 21 + kKeyTile + 3, MaskKind::causal),
+                                multi_group_case(kQueryTile + 5, kQueryTile + 5, MaskKind::none)}) {
+        INFO(c.describe());
+        const DiffInputs<float> in = random_diff_inputs<float>(rng, c);
+        const RowMatrix<float> q1 = random_matrix<float>(rng, c.seq_len_q, gr * c.head_dim);
+        for (Compute compute : bf16_modes()) {
+            INFO(to_string(compute));
+            AttentionOptions o = c.options();
+            o.compute = compute;
+            o.threads = 2;
+            RowMatrix<float> out(c.seq_len_q, gr * c.value_dim), head(c.seq_len_q, c.value_dim);
+            diffattn::gda_attention(q1, in.k1, in.q2, in.k2, in.v, in.lambda, out, o);
+            for (Index i = 0; i < gr; ++i) {
+                const RowMatrix<float> signal = q1.middleCols(i * c.head_dim, c.head_dim);
+                diffattn::diff_attention(signal, in.k1, in.q2, in.k2, in.v, in.lambda, head, o);
+                CHECK(out.middleCols(i * c.value_dim, c.value_dim) == head);
+            }
+            o.compute = Compute::scalar;  // and the compute took effect
+            RowMatrix<float> scalar(c.seq_len_q, gr * c.value_dim);
+            diffattn::gda_attention(q1, in.k1, in.q2, in.k2, in.v, in.lambda, scalar, o);
+            CHECK(scalar != out);
+        }
+    }
 }

@@ -4,6 +4,7 @@
 // exactly a float), so the ordinary docs/math.md §7 criterion applies unchanged: the rounding is
 // part of the inputs, not an error of the kernel. Keys may also lie in a KV cache's blocks of 16
 // keys (kernels/key_rows.hpp), in T or in half precision: the same checks then read them there.
+#include "blocked_keys.hpp"
 #include "test_support.hpp"
 
 #include "diffattn/kernels/dint_attention.hpp"
@@ -19,20 +20,6 @@ namespace {
 
 /// How the keys of a check lie: row by row, or in a KV cache's blocks of 16 keys.
 enum class KeyLayout { rows, blocks };
-
-/// Keys stored in a KV cache's blocks of 16 (HeadBlocks::blocked_keys, one head), from `rows`.
-template <typename S>
-struct BlockedKeys {
-    Vector<S> store;
-    detail::KeyRows<S> keys;
-
-    explicit BlockedKeys(const RowMatrix<S>& rows)
-        : store(Vector<S>::Constant(detail::whole_key_blocks(rows.rows()) * rows.cols(), S(-77.0f))) {
-        const auto blocks = HeadBlocks<S>::blocked_keys(store.data(), 1, rows.cols(), rows.rows());
-        blocks.write_rows(0, rows);
-        keys = blocks.as_const().keys(0, rows.rows());
-    }
-};
 
 template <typename S>
 std::string scalar_name() {

@@ -11,6 +11,7 @@
 #include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/kernels/diff_attention.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
+#include "diffattn/kernels/gda_attention.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
 #include "diffattn/layers/head_blocks.hpp"
 
@@ -71,7 +72,9 @@ TEMPLATE_TEST_CASE("kernels allocate nothing with a reserved workspace and histo
     AttentionWorkspace<T> workspace;
     workspace.reserve(n, s, d, dv);
     RowMatrix<T> out_softmax(n, dv), out_softmax_padded(n, dv), out_diff(n, dv), out_mean(n, dv), out_global(n, dv),
-        out_softmax_integral(n, dv);
+        out_softmax_integral(n, dv), out_gda(n, 2 * dv);
+    RowMatrix<T> signal(n, 2 * d);  // a GDA group of two signal heads
+    signal << q1, q2;
     // Histories sized up front: column sums for all S keys, row sums for dv values.
     DintHistory<T> history_softmax, history_mean;
     history_softmax.a1_column_sum = Vector<T>::Zero(s);
@@ -88,6 +91,7 @@ TEMPLATE_TEST_CASE("kernels allocate nothing with a reserved workspace and histo
                                  &workspace);
         diffattn::dint_attention(q1, k1, q2, k2, v, lambda, DintIntegral::global_mean, out_global, none, nullptr,
                                  &workspace);
+        diffattn::gda_attention(signal, k1, q2, k2, v, lambda, out_gda, causal, &workspace);
     });
     INFO("first failure: " << diffattn_nomalloc::first_failure_text());
     CHECK(failures == 0);
@@ -97,6 +101,7 @@ TEMPLATE_TEST_CASE("kernels allocate nothing with a reserved workspace and histo
     CHECK(out_softmax_integral.allFinite());
     CHECK(out_mean.allFinite());
     CHECK(out_global.allFinite());
+    CHECK(out_gda.allFinite());
     CHECK(history_softmax.rows == n);
     CHECK(history_mean.rows == n);
 }
@@ -186,6 +191,8 @@ TEMPLATE_TEST_CASE("decode steps split over the keys on 2 threads allocate nothi
     AttentionWorkspace<T> workspace;
     workspace.reserve(total, total, d, dv, causal.threads);
     RowMatrix<T> out(total, dv);
+    const RowMatrix<T> signal = random_matrix<T>(rng, total, 4 * d);  // a GDA group of four signal heads
+    RowMatrix<T> out_gda(total, 4 * dv);
     DintHistory<T> history_softmax, history_mean;
     history_softmax.a1_column_sum = Vector<T>::Zero(total);
     history_mean.o1_row_sum = Vector<T>::Zero(dv);
@@ -211,12 +218,17 @@ TEMPLATE_TEST_CASE("decode steps split over the keys on 2 threads allocate nothi
                                      DintIntegral::causal_mean, out_rows, causal, &history_mean, &workspace);
             diffattn::dint_attention(q1_rows, k1.topRows(end), q2_rows, k2.topRows(end), v.topRows(end), lambda,
                                      DintIntegral::causal_softmax, out_rows, causal, &history_softmax, &workspace);
+            // One token: the signal heads stacked as the rows of one map (gda_few_rows).
+            auto gda_rows = out_gda.middleRows(begin, size);
+            diffattn::gda_attention(signal.middleRows(begin, size), k1.topRows(end), q2_rows, k2.topRows(end),
+                                    v.topRows(end), lambda, gda_rows, causal, &workspace);
             begin = end;
         }
     });
     INFO("first failure: " << diffattn_nomalloc::first_failure_text());
     CHECK(failures == 0);
     CHECK(out.allFinite());
+    CHECK(out_gda.bottomRows(4).allFinite());
     CHECK(history_softmax.rows == total);
     CHECK(history_mean.rows == total);
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "diffattn/kernels/reference.hpp"
+#include "diffattn/kernels/reference_gda.hpp"
 
 #include "diff_inputs.hpp"
 #include "kernel_cases.hpp"
@@ -39,7 +40,8 @@
     PREFIX template decltype(diffattn::reference::diff_attention<T>) diffattn::reference::diff_attention<T>;       \
     PREFIX template decltype(diffattn::reference::dint_history<T>) diffattn::reference::dint_history<T>;           \
     PREFIX template decltype(diffattn::reference::dint_attention_maps<T>) diffattn::reference::dint_attention_maps<T>; \
-    PREFIX template decltype(diffattn::reference::dint_attention<T>) diffattn::reference::dint_attention<T>;
+    PREFIX template decltype(diffattn::reference::dint_attention<T>) diffattn::reference::dint_attention<T>;       \
+    PREFIX template decltype(diffattn::reference::gda_attention<T>) diffattn::reference::gda_attention<T>;
 
 /// The helpers above for a kernel in T (oracle scalar W = Wide<T>).
 #define DIFFATTN_TEST_HELPER_INSTANCES(PREFIX, T, W)                                                               \

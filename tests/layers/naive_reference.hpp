@@ -200,6 +200,23 @@ inline ModuleMaps attention_maps(const diffattn::AttentionConfig& c, const Tenso
         return maps;
     }
 
+    if (kind == AttentionKind::gda) {  // docs/math.md §9
+        const Index d = c.given_head_dim > 0 ? c.given_head_dim : c.d_model / H / 2, gr = c.gda_group_ratio;
+        Mat q = linear(x, p.at("q_proj.weight")[0]), k = linear(x, p.at("k_proj.weight")[0]);
+        Mat v = linear(x, p.at("v_proj.weight")[0]);
+        maps.lambda = lambda_full(p, c.depth);
+        for (Index h = 0; h < H; ++h) {
+            const Index group = h / gr, kv = h / rep;  // q_proj: each group's gr signal heads, then its noise head
+            const Mat q1 = rotary(cols(q, (group * (gr + 1) + h % gr) * d, d), theta);
+            const Mat q2 = rotary(cols(q, (group * (gr + 1) + gr) * d, d), theta);
+            maps.a1.push_back(attention_map(q1, rotary(cols(k, 2 * kv * d, d), theta), causal));
+            maps.a2.push_back(attention_map(q2, rotary(cols(k, (2 * kv + 1) * d, d), theta), causal));
+            maps.combined.push_back(maps.a1.back() - maps.lambda * maps.a2.back());
+            maps.values.push_back(cols(v, kv * 2 * d, 2 * d));
+        }
+        return maps;
+    }
+
     // diff, dint, shared_diff (docs/math.md §3.1, 3.3): the maps of head h.
     const Index d = c.d_model / H / 2;
     std::vector<Mat> q1(H), q2(H), k1(H), k2(H), vh(H);

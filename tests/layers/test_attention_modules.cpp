@@ -75,6 +75,13 @@ std::vector<Case> cases() {
     out.push_back({"diff_v2 encoder", make(AttentionKind::diff_v2, 16, 2, 1)});
     out.back().config.given_head_dim = 4;
     out.back().config.causal = false;
+    out.push_back({"gda ratio 4, 2 kv heads", make(AttentionKind::gda, 64, 8, 2, 1)});
+    out.back().config.gda_group_ratio = 4;
+    out.push_back({"gda ratio 2, 1 kv head serving 3 groups", make(AttentionKind::gda, 48, 6, 1, 2)});
+    out.back().config.gda_group_ratio = 2;
+    out.push_back({"gda ratio 1 head_dim 6", make(AttentionKind::gda, 16, 2, 2)});
+    out.back().config.gda_group_ratio = 1;
+    out.back().config.given_head_dim = 6;
     return out;
 }
 
@@ -342,6 +349,9 @@ TEST_CASE("a one-row call groups the heads that read the same keys and values", 
     CHECK(detail::heads_sharing_kv(v2) == 4);
     CHECK(detail::heads_sharing_kv(make(AttentionKind::shared_diff, 64, 8, 8)) == 1);
     CHECK(detail::heads_sharing_kv(make(AttentionKind::dint, 64, 8, 2)) == 1);
+    AttentionConfig gda = make(AttentionKind::gda, 64, 8, 2);  // its kernel runs a group's heads together
+    gda.gda_group_ratio = 4;
+    CHECK(detail::heads_sharing_kv(gda) == 1);
 }
 
 TEST_CASE("parameter counts: the official MultiheadDiffAttn figures", "[layers][attention][parameters]") {
@@ -376,6 +386,9 @@ TEST_CASE("parameter counts: the documented formulas equal the tensors of every 
             case AttentionKind::dint: formula = 2 * D * D + 2 * D * D / rep + 6 * d; break;
             case AttentionKind::shared_diff: formula = 2 * d * D + 4 * H * r * (D + d) + 2 * D * D + 6 * d; break;
             case AttentionKind::diff_v2: formula = 2 * H * d * D + 2 * Hkv * d * D + H * d * D + H * D; break;
+            case AttentionKind::gda:
+                formula = (H + H / c.config.gda_group_ratio) * d * D + 4 * Hkv * d * D + 2 * H * d * D + 6 * d;
+                break;
         }
         CHECK(module.parameter_count() == formula);
     }
@@ -413,6 +426,15 @@ TEST_CASE("bad attention configurations are ConfigErrors naming the key", "[laye
     AttentionConfig theta = make(AttentionKind::diff, 32, 2, 2);
     theta.rope_theta = 0;
     CHECK_THAT(message_of(theta), Contains("rope_theta"));
+    AttentionConfig gda = make(AttentionKind::gda, 48, 6, 1);  // d = 48 / 12 = 4
+    CHECK_THAT(message_of(gda), Contains("gda_group_ratio (0) must be > 0"));
+    gda.gda_group_ratio = 4;
+    CHECK_THAT(message_of(gda), Contains("gda_group_ratio (4)") && Contains("divide num_attention_heads (6)"));
+    gda.gda_group_ratio = 3;
+    gda.n_kv_heads = 3;  // 2 noise heads, 3 kv heads
+    CHECK_THAT(message_of(gda), Contains("num_key_value_heads (3) must divide the 2 noise heads"));
+    gda.n_kv_heads = 2;
+    CHECK(message_of(gda) == "no error");
 }
 
 TEST_CASE("forward checks its arguments", "[layers][attention][errors]") {

@@ -8,7 +8,8 @@
 namespace diffattn::test {
 
 /// 2 layers, 4 query heads of map width 6 (hidden 32), SwiGLU width 48, vocabulary 64, Shared
-/// DIFF rank 2; `kv_heads` key/value heads (4: no GQA, 2: GQA; Shared DIFF requires 4).
+/// DIFF rank 2; `kv_heads` key/value heads (4: no GQA, 2: GQA; Shared DIFF requires 4); gda:
+/// 4 / kv_heads heads per noise head (kv_heads noise heads, a kv pair each).
 inline ModelConfig small_config(AttentionKind kind, Index kv_heads) {
     ModelConfig c;
     c.attention = kind;
@@ -20,6 +21,7 @@ inline ModelConfig small_config(AttentionKind kind, Index kv_heads) {
     c.vocab_size = 64;
     c.shared_diff_rank = 2;
     c.head_dim = 6;
+    if (kind == AttentionKind::gda) c.gda_group_ratio = 4 / kv_heads;
     return c;
 }
 
@@ -41,10 +43,12 @@ inline constexpr CachedKind kCachedKinds[] = {{AttentionKind::softmax, DintInteg
                                               {AttentionKind::dint, DintIntegral::causal_softmax},
                                               {AttentionKind::dint, DintIntegral::causal_mean},
                                               {AttentionKind::shared_diff, DintIntegral::causal_softmax},
-                                              {AttentionKind::diff_v2, DintIntegral::causal_softmax}};
+                                              {AttentionKind::diff_v2, DintIntegral::causal_softmax},
+                                              {AttentionKind::gda, DintIntegral::causal_softmax}};
 
 /// The smallest useful model: 2 layers, 2 heads, hidden 16, SwiGLU width 24, the default head
-/// geometry (head dim 4 for diff_v2), vocabulary `vocab_size`.
+/// geometry (head dim 4 for diff_v2; gda: both heads share one noise head and kv head),
+/// vocabulary `vocab_size`.
 inline ModelConfig tiny_config(AttentionKind kind, Index vocab_size) {
     ModelConfig c;
     c.attention = kind;
@@ -55,6 +59,10 @@ inline ModelConfig tiny_config(AttentionKind kind, Index vocab_size) {
     c.vocab_size = vocab_size;
     if (kind == AttentionKind::shared_diff) c.shared_diff_rank = 2;
     if (kind == AttentionKind::diff_v2) c.head_dim = 4;
+    if (kind == AttentionKind::gda) {
+        c.gda_group_ratio = 2;
+        c.num_key_value_heads = 1;
+    }
     return c;
 }
 

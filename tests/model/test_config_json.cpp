@@ -99,6 +99,23 @@ TEST_CASE("config.json: every key is read", "[model][config]") {
     // Round trip through model_config_to_json.
     const ModelConfig again = model_config_from_json(json::parse(model_config_to_json(c).dump()));
     CHECK(model_config_to_json(again) == model_config_to_json(c));
+
+    // gda (docs/math.md §9.2): gda_group_ratio required, head_dim optional (default D / H / 2).
+    json gda = with(with(minimal_diff(), "attention", "gda"), "gda_group_ratio", 2);
+    gda["num_key_value_heads"] = 1;
+    const ModelConfig g = model_config_from_json(gda);
+    CHECK(g.gda_group_ratio == 2);
+    CHECK(g.attention_config().head_dim() == 8);
+    CHECK(g.attention_config().n_noise_heads() == 1);
+    CHECK(g.attention_config().q_width() == 3 * 8);
+    const ModelConfig g6 = model_config_from_json(with(gda, "head_dim", 6));
+    CHECK(g6.attention_config().head_dim() == 6);
+    for (const ModelConfig& each : {g, g6}) {
+        const json written = json::parse(model_config_to_json(each).dump());
+        CHECK(written.at("gda_group_ratio") == 2);
+        CHECK(model_config_to_json(model_config_from_json(written)) == model_config_to_json(each));
+    }
+    CHECK_FALSE(json::parse(model_config_to_json(g).dump()).contains("head_dim"));
 }
 
 TEST_CASE("config.json: a bad value is a ConfigError naming the key", "[model][config]") {
@@ -142,6 +159,7 @@ TEST_CASE("config.json: required keys", "[model][config]") {
     }
     CHECK_THAT(error_of(with(minimal_diff(), "attention", "shared_diff")), Contains("\"shared_diff_rank\""));
     CHECK_THAT(error_of(with(minimal_diff(), "attention", "diff_v2")), Contains("\"head_dim\""));
+    CHECK_THAT(error_of(with(minimal_diff(), "attention", "gda")), Contains("\"gda_group_ratio\""));
 }
 
 TEST_CASE("config.json: global_mean needs \"causal\": false", "[model][config]") {

@@ -76,6 +76,8 @@ std::vector<NamedConfig> seeded_configs() {
     out.push_back({"shared_diff", small_config(AttentionKind::shared_diff, 4)});
     out.push_back({"shared_diff_merged", small_config(AttentionKind::shared_diff, 4), true});
     out.push_back({"diff_v2_gqa", small_config(AttentionKind::diff_v2, 2)});
+    out.push_back({"gda_ratio_2_gqa", small_config(AttentionKind::gda, 2)});
+    out.push_back({"gda_ratio_4_one_kv_pair", small_config(AttentionKind::gda, 1)});
     return out;
 }
 
@@ -168,7 +170,8 @@ TEMPLATE_TEST_CASE("cached logits do not depend on the thread count", "[model][k
     // The kinds whose heads keep per-head state (DINT histories) or per-head gates (diff_v2).
     for (const NamedConfig& c : seeded_configs()) {
         if (c.name.find("gqa") == std::string::npos ||
-            (c.config.attention != AttentionKind::dint && c.config.attention != AttentionKind::diff_v2)) {
+            (c.config.attention != AttentionKind::dint && c.config.attention != AttentionKind::diff_v2 &&
+             c.config.attention != AttentionKind::gda)) {
             continue;
         }
         INFO("model " << c.name);
@@ -359,9 +362,9 @@ TEST_CASE("KV cache memory: bytes and bytes per token", "[model][kv_cache]") {
     CHECK(mean_cache.bytes_per_token() == 576 - 32);
     CHECK(mean_cache.bytes() == 100 * (576 - 32) + 12 * 256 + 2 * 4 * 16 * 4);
 
-    // softmax, diff, shared_diff, diff_v2: keys and values and the rotary table.
-    for (AttentionKind kind :
-         {AttentionKind::softmax, AttentionKind::diff, AttentionKind::shared_diff, AttentionKind::diff_v2}) {
+    // softmax, diff, shared_diff, diff_v2, gda: keys and values and the rotary table.
+    for (AttentionKind kind : {AttentionKind::softmax, AttentionKind::diff, AttentionKind::shared_diff,
+                               AttentionKind::diff_v2, AttentionKind::gda}) {
         INFO(to_string(kind));
         const ModelConfig c = small_config(kind, kind == AttentionKind::shared_diff ? 4 : 2);
         const AttentionConfig a = c.attention_config();

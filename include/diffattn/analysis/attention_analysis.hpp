@@ -1,13 +1,14 @@
 // Attention-map analysis of a decoder model: for a token sequence and chosen query rows, per
 // layer and head, the attention maps (A1, A2, DINT's integral, the combined map; docs/math.md §2)
-// and their figures: the measure of analysis/row_measure.hpp (answer and noise mass normalised by
-// the row sum, negative mass and fraction), the row sum, the entropy of each softmax map, and the
-// layer's lambda or the row's diff_v2 gate.
+// and their figures: the sums of analysis/row_measure.hpp (the combined row's answer and noise
+// mass, split by sign, its absolute weight, its row sum), the answer and noise mass of each softmax
+// map, the entropy of each, and the layer's lambda or the row's diff_v2 gate.
 //
 //   AttentionAnalyzer<float> analyzer(model.config(), max_len);
 //   AnalysisResult result;
 //   analyzer.run(model, tokens, rows, result);       // rows: analysis/analysis_rows.hpp
-//   result.at(layer, head, r).measure.answer;        // r indexes `rows`
+//   result.at(layer, head, r).measure.answer_share(); // r indexes `rows`
+//   RowSummary summary; summary.add(result);          // figures of many rows (analysis/row_summary.hpp)
 //
 // The model runs its plain forward (DecoderModel::forward_observed); after each layer the rows'
 // maps are computed from the layer's rotated queries and keys, as the kernels saw them, one row at
@@ -21,6 +22,7 @@
 #include "diffattn/analysis/analysis_rows.hpp"
 #include "diffattn/analysis/head_rows.hpp"
 #include "diffattn/analysis/row_measure.hpp"
+#include "diffattn/analysis/row_summary.hpp"
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/memory_limit.hpp"
 #include "diffattn/core/types.hpp"
@@ -133,6 +135,9 @@ private:
                 const AnalysisRow& row = rows[static_cast<std::size_t>(r)];
                 HeadRowFigures& f = result.at(layer, h, r);
                 f.measure = measure_row(maps.combined, row.answer, row.noise);
+                f.a1 = map_mass(maps.a1, row);
+                f.a2 = two_maps ? map_mass(maps.a2, row) : MapMass{};
+                f.integral = c.kind == AttentionKind::dint ? map_mass(maps.integral, row) : MapMass{};
                 f.entropy_a1 = entropy(maps.a1);
                 f.entropy_a2 = two_maps ? entropy(maps.a2) : nan;
                 const bool softmax_integral =
@@ -144,6 +149,10 @@ private:
                 ++r;
             });
         }
+    }
+
+    static MapMass map_mass(const Eigen::Ref<const Vector<double>>& map, const AnalysisRow& row) {
+        return MapMass{mass_on(map, row.answer), mass_on(map, row.noise)};
     }
 
     ForwardState<T> state_;      // the model's plain forward, reused by every run

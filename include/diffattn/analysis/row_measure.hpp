@@ -1,20 +1,18 @@
-// The attention measure of one row of a combined attention map: how much of the row lands on an
-// answer span and on the noise context, and how much of it is negative. The one place the
-// definition lives (docs/analysis.md, "The measure"; the same as docs/retrieval.md's, which the
-// PyTorch figures of the retrieval models use).
+// The attention measure of one row of a combined attention map: the sums over the row's keys that
+// every figure of the analysis is built from (docs/analysis.md, "The measures", the one place the
+// definitions are written out; tools/retrieval_figures.py computes the same in PyTorch).
 //
-// The combined map of a row (docs/math.md §2: A, A1 - lambda A2, A1 - lambda A2 + lambda I, or
-// diff_v2's A1 - g A2) sums to `row_sum`: 1 for softmax and DINT, 1 - lambda for DIFF, 1 - g for
-// diff_v2. Raw masses would make a map whose rows sum to less look as if it attended less to
-// everything, noise included, so every mass is divided by the row sum:
-//   answer            = sum_{j in answer} c_j / row_sum
-//   noise             = sum_{j in noise}  c_j / row_sum
-//   negative_mass     = -sum_{c_j < 0} c_j / row_sum        (>= 0 when row_sum > 0)
-//   negative_fraction = #{j visible : c_j < 0} / #visible
-// Negative entries count with their sign in `answer` and `noise` (a negative weight on a noise
-// token cancels some of the positive one: that is what the combined map does to the values).
-// Only the keys the row may see count (the others are exact zeros). A row sum of 0 makes the
-// normalised figures NaN, never a division by a stand-in.
+// The combined map of a row c (docs/math.md §2: A, A1 - lambda A2, A1 - lambda A2 + lambda I, or
+// diff_v2's A1 - g A2) is signed and its sum S is 1 for softmax and DINT, 1 - lambda for DIFF,
+// 1 - g for diff_v2. Two readings of "how much of the row lands on the answer" follow:
+//   - by absolute weight, |c_j| / sum_j |c_j|: a share in [0, 1] that counts a negative entry as
+//     weight (it moves the head's output by |c_j| v_j as a positive one does), comparable across
+//     kinds; the headline figure;
+//   - signed, divided by S: answer + noise + the rest = 1, so a row that over-subtracts the noise
+//     reads as "more than all of it on the answer"; kept only as a secondary figure.
+// A row only stores sums (additive over rows, so the figures of many rows are ratios of sums,
+// analysis/row_summary.hpp); the per-row ratios are the members below. Only the keys the row may
+// see count (the others are exact zeros of the map).
 #pragma once
 
 #include "diffattn/core/types.hpp"
@@ -25,15 +23,37 @@
 
 namespace diffattn::analysis {
 
-/// The measure of one row (see the header comment). Raw masses are kept beside the normalised ones.
+/// num / den, NaN when den is 0 (never a division by a stand-in).
+inline double ratio_or_nan(double num, double den) {
+    return den != 0 ? num / den : std::numeric_limits<double>::quiet_NaN();
+}
+
+/// The sums of one combined row c over its visible keys (docs/analysis.md, "The measures").
 struct RowMeasure {
-    double row_sum = 0;            ///< sum of the combined row over the visible keys
-    double answer = 0;             ///< answer mass / row_sum
-    double noise = 0;              ///< noise mass / row_sum
-    double negative_mass = 0;      ///< -(sum of the negative entries) / row_sum
-    double negative_fraction = 0;  ///< negative entries / visible keys
-    double answer_raw = 0;         ///< answer mass, not normalised
-    double noise_raw = 0;          ///< noise mass, not normalised
+    double row_sum = 0;          ///< S = sum_j c_j
+    double abs_sum = 0;          ///< W = sum_j |c_j|, the row's absolute weight
+    double answer_positive = 0;  ///< sum of the c_j > 0 over the answer positions
+    double answer_negative = 0;  ///< sum of the c_j < 0 over the answer positions (<= 0)
+    double noise_positive = 0;   ///< sum of the c_j > 0 over the noise positions
+    double noise_negative = 0;   ///< sum of the c_j < 0 over the noise positions (<= 0)
+    double negative_abs = 0;     ///< -(sum of the c_j < 0 over every visible key) (>= 0)
+    Index negatives = 0;         ///< #{visible j : c_j < 0}
+    Index visible = 0;           ///< visible keys
+
+    double answer_mass() const { return answer_positive + answer_negative; }  ///< signed, raw
+    double noise_mass() const { return noise_positive + noise_negative; }     ///< signed, raw
+    double answer_abs() const { return answer_positive - answer_negative; }   ///< sum of |c_j|, answer
+    double noise_abs() const { return noise_positive - noise_negative; }      ///< sum of |c_j|, noise
+    /// |P| shares, in [0, 1]; NaN for a row of zeros.
+    double answer_share() const { return ratio_or_nan(answer_abs(), abs_sum); }
+    double noise_share() const { return ratio_or_nan(noise_abs(), abs_sum); }
+    double negative_share() const { return ratio_or_nan(negative_abs, abs_sum); }
+    /// Signed masses over the row sum (secondary: unbounded when S is small); NaN when S is 0.
+    double answer_normalised() const { return ratio_or_nan(answer_mass(), row_sum); }
+    double noise_normalised() const { return ratio_or_nan(noise_mass(), row_sum); }
+    double negative_fraction() const {
+        return ratio_or_nan(static_cast<double>(negatives), static_cast<double>(visible));
+    }
 };
 
 /// Sum of row[j] over the positions j of `positions` below row.size() (the visible keys; later
@@ -48,27 +68,27 @@ inline double mass_on(const Eigen::Ref<const Vector<double>>& row, const std::ve
 }
 
 /// The measure of a combined row over its visible keys, row [visible]; answer and noise are
-/// strictly increasing key positions (checked where they enter, analysis/analysis_request.hpp).
+/// strictly increasing key positions (checked where they enter, analysis/analysis_rows.hpp).
 inline RowMeasure measure_row(const Eigen::Ref<const Vector<double>>& row, const std::vector<Index>& answer,
                               const std::vector<Index>& noise) {
     RowMeasure m;
-    double negative = 0;
-    Index negatives = 0;
+    m.visible = row.size();
     for (Index j = 0; j < row.size(); ++j) {
         m.row_sum += row[j];
+        m.abs_sum += std::abs(row[j]);
         if (row[j] < 0) {
-            negative += row[j];
-            ++negatives;
+            m.negative_abs -= row[j];
+            ++m.negatives;
         }
     }
-    m.answer_raw = mass_on(row, answer);
-    m.noise_raw = mass_on(row, noise);
-    const double nan = std::numeric_limits<double>::quiet_NaN();
-    const bool normalisable = m.row_sum != 0;
-    m.answer = normalisable ? m.answer_raw / m.row_sum : nan;
-    m.noise = normalisable ? m.noise_raw / m.row_sum : nan;
-    m.negative_mass = normalisable ? -negative / m.row_sum : nan;
-    m.negative_fraction = row.size() > 0 ? static_cast<double>(negatives) / static_cast<double>(row.size()) : 0.0;
+    const auto split = [&](const std::vector<Index>& positions, double& positive, double& negative) {
+        for (const Index j : positions) {
+            if (j >= row.size()) break;
+            (row[j] > 0 ? positive : negative) += row[j];  // a zero adds nothing to either
+        }
+    };
+    split(answer, m.answer_positive, m.answer_negative);
+    split(noise, m.noise_positive, m.noise_negative);
     return m;
 }
 

@@ -124,4 +124,25 @@ inline std::string read_text_file(const std::filesystem::path& path, const std::
     return text;
 }
 
+/// Whether the optional file `path` (a tokenizer_config.json, a generation_config.json) is to be
+/// read: false only when nothing has that name. A name that is there but leads nowhere (a
+/// dangling symbolic link, as a Hub cache with a missing blob has, or a link loop) is a FileError
+/// prefixed with `source`: skipping it would silently drop what the file says.
+inline bool optional_file_present(const std::filesystem::path& path, const std::string& source) {
+    namespace fs = std::filesystem;
+    std::error_code error;
+    const fs::file_status own = fs::symlink_status(path, error);
+    if (own.type() == fs::file_type::not_found) return false;
+    require<FileError>(own.type() != fs::file_type::none, source, ": cannot access it: ", error.message());
+    if (fs::is_symlink(own)) {
+        const fs::file_status target = fs::status(path, error);
+        if (target.type() == fs::file_type::not_found) {
+            throw FileError(concat(source, ": it is a symbolic link to \"", fs::read_symlink(path, error).string(),
+                                   "\", which does not exist"));
+        }
+        require<FileError>(target.type() != fs::file_type::none, source, ": cannot access it: ", error.message());
+    }
+    return true;
+}
+
 }  // namespace diffattn::detail

@@ -66,6 +66,23 @@ void check_second_map(const char* function, const Q& q1, const K& k1, const Q& q
     require_finite(function, "lambda", lambda);
 }
 
+/// The shapes of a GDA call (docs/math.md §9) and its lambda: Q2 [N x d] the noise head's queries
+/// with d > 0, K2 [S x d] and V [S x dv] as a single map's, K1 shaped as K2, and Q1 [N x gr d]: the
+/// gr >= 1 signal heads side by side. Returns gr.
+template <typename Q, typename K, typename V>
+Index check_gda_shapes(const char* function, const Q& q1, const K& k1, const Q& q2, const K& k2, const V& v,
+                       double lambda) {
+    check_qkv_shapes(function, "Q2", q2, "K2", k2, "V", v);
+    require_same_shape(function, named("K1", k1), named("K2", k2));
+    require_finite(function, "lambda", lambda);
+    require<ShapeError>(q2.cols() > 0, function, ": ", named("Q2", q2),
+                        " (the noise head's width d must be > 0: Q1 holds the signal heads in blocks of d)");
+    require<ShapeError>(q1.rows() == q2.rows() && q1.cols() >= q2.cols() && q1.cols() % q2.cols() == 0, function,
+                        ": ", named("Q1", q1), " but ", named("Q2", q2),
+                        " (Q1 holds gr >= 1 signal heads of Q2's width side by side, one row per query)");
+    return q1.cols() / q2.cols();
+}
+
 /// The options of a call with queries q [N x d] in scalar T and keys k [S x d]: valid_len in [0, S],
 /// scale finite and > 0 in double and in T (a float kernel would turn 1e300 into Inf and 1e-300 into
 /// 0), a default scale 1/sqrt(d) only for d > 0, a known mask. `threads` is left 1: the caller's.

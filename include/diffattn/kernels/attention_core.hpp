@@ -235,7 +235,7 @@ AttentionWorkspace<T>& prepare_workspace(AttentionWorkspace<T>* workspace, Atten
                                          Index seq_len_kv, Index head_dim, Index value_dim,
                                          const ResolvedOptions& resolved) {
     AttentionWorkspace<T>& ws = workspace != nullptr ? *workspace : local;
-    ws.reserve(seq_len_q, seq_len_kv, head_dim, value_dim, resolved.threads, compute_of(resolved.products));
+    ws.reserve(seq_len_q, seq_len_kv, head_dim, value_dim, resolved.threads, 0, compute_of(resolved.products));
     return ws;
 }
 

@@ -69,7 +69,7 @@ public:
     AttentionWorkspace() = default;
     AttentionWorkspace(Index seq_len_q, Index seq_len_kv, Index head_dim, Index value_dim, int threads = 1,
                        Compute compute = Compute::scalar) {
-        reserve(seq_len_q, seq_len_kv, head_dim, value_dim, threads, compute);
+        reserve(seq_len_q, seq_len_kv, head_dim, value_dim, threads, 0, compute);
     }
 
     /// Makes room for calls up to these sizes with up to `threads` threads. Memory:
@@ -80,12 +80,13 @@ public:
     /// seq_len_q * seq_len_kv (no N x S buffer anywhere)
     /// + O(3 * min(seq_len_q, kMinPackedRows) * seq_len_kv) for the probabilities that a call of few
     /// rows keeps: DIFF's two maps (kernels/diff_few_rows.hpp), DINT causal_softmax's three
-    /// (kernels/dint_few_rows.hpp)
+    /// (kernels/dint_few_rows.hpp); at least kept_rows rows of them (GDA's decode step keeps gr + 1:
+    /// kernels/gda_attention.hpp)
     /// + threads * O(kGroupRows * head_dim + kKeyTile * value_dim) BF16 packings where `compute`
     /// takes the bf16_dot path (kernels/packed_tiles.hpp). The tiled core's products then follow
     /// `compute` until the next reserve() (each kernel call reserves with its own first).
     void reserve(Index seq_len_q, Index seq_len_kv, Index head_dim, Index value_dim, int threads = 1,
-                 Compute compute = Compute::scalar) {
+                 Index kept_rows = 0, Compute compute = Compute::scalar) {
         const int t = std::max(threads, 1);
         if (blocks_.size() < static_cast<std::size_t>(t)) blocks_.resize(static_cast<std::size_t>(t));
         const ProductPath path = product_path(compute);
@@ -98,7 +99,7 @@ public:
         grow_to(running_row_sum_, value_dim);
         grow_to(running_row_error_, value_dim);
         grow_to(column_sum_, seq_len_kv);
-        const Index kept_rows = kKeptMaps * std::min(seq_len_q, kMinPackedRows - 1);
+        kept_rows = std::max(kept_rows, kKeptMaps * std::min(seq_len_q, kMinPackedRows - 1));
         grow_to(kept_probabilities_, kept_rows * seq_len_kv);
         grow_to(kept_tile_maxima_, kept_rows * tiles_of(seq_len_kv, kShortestFewRowsKeyTile));
         if (t > 1) dint_pipeline_.reserve(seq_len_q, value_dim, t);
@@ -132,12 +133,17 @@ public:
     /// [rows x seq_len_kv], in tiles of `tile` keys (rows < kMinPackedRows, map < kKeptMaps, tile a
     /// multiple of kShortestFewRowsKeyTile, for which reserve() kept room).
     detail::KeptProbabilities<T> kept_probabilities(Index rows, Index seq_len_kv, Index tile, Index map) {
+        assert(map < kKeptMaps);
+        return kept_probabilities_from(map * rows, rows, seq_len_kv, tile);
+    }
+    /// The same for `rows` rows after the first `first_row` kept rows (maps of different row counts:
+    /// GDA's gr signal rows, then its noise row).
+    detail::KeptProbabilities<T> kept_probabilities_from(Index first_row, Index rows, Index seq_len_kv, Index tile) {
         const Index tiles = tiles_of(seq_len_kv, tile);
-        assert(map < kKeptMaps && tile % kShortestFewRowsKeyTile == 0 &&
-               (map + 1) * rows * seq_len_kv <= kept_probabilities_.size() &&
-               (map + 1) * rows * tiles <= kept_tile_maxima_.size());
-        return {Eigen::Map<RowMatrix<T>>(kept_probabilities_.data() + map * rows * seq_len_kv, rows, seq_len_kv),
-                Eigen::Map<RowMatrix<T>>(kept_tile_maxima_.data() + map * rows * tiles, tiles, rows), tile};
+        assert(tile % kShortestFewRowsKeyTile == 0 && (first_row + rows) * seq_len_kv <= kept_probabilities_.size() &&
+               (first_row + rows) * tiles <= kept_tile_maxima_.size());
+        return {Eigen::Map<RowMatrix<T>>(kept_probabilities_.data() + first_row * seq_len_kv, rows, seq_len_kv),
+                Eigen::Map<RowMatrix<T>>(kept_tile_maxima_.data() + first_row * tiles, tiles, rows), tile};
     }
 
 private:

@@ -94,10 +94,12 @@ struct RowFactors {
 /// kept probabilities. A row whose map saw no key (sum 0) adds nothing.
 template <typename T>
 struct KeptMap {
-    const KeptProbabilities<T>& kept;         ///< [rows x S]
+    const KeptProbabilities<T>& kept;         ///< [rows / broadcast x S]
     const OnlineSoftmaxState<T>& statistics;  ///< its final row max and sum
-    T factor;                                 ///< 1 for map 1; map 2: -lambda (DIFF), -1 (DIFF V2)
+    T factor;                                 ///< 1 for map 1; map 2: -lambda (DIFF, GDA), -1 (DIFF V2)
     RowFactors<T> row_factors;                ///< map 2 of DIFF V2: sigmoid(l) of each row
+    Index broadcast = 1;                      ///< GDA's noise map: one kept row serves `broadcast` rows
+                                              ///< (row r reads kept row r / broadcast, docs/math.md §9)
 };
 
 /// Pass 2 over the keys [keys.begin, keys.end) that the rows [0, q_rows) see: acc [q_rows x dv]
@@ -122,8 +124,10 @@ void weigh_values(const std::array<KeptMap<T>, M>& maps, const Mask& mask, Index
             for (std::size_t m = 0; m < M; ++m) {
                 const KeptMap<T>& map = maps[m];
                 if (n == 0) continue;
-                const T coefficient = map.factor * map.row_factors[r] * map.kept.normalizer(r, k_begin, map.statistics);
-                const auto map_weights = coefficient * map.kept.probabilities.row(r).segment(k_begin, n).array();
+                const Index kept_row = r / map.broadcast;
+                const T coefficient =
+                    map.factor * map.row_factors[r] * map.kept.normalizer(kept_row, k_begin, map.statistics);
+                const auto map_weights = coefficient * map.kept.probabilities.row(kept_row).segment(k_begin, n).array();
                 if constexpr (kFirstMap) {
                     if (m == 0) {
                         first_weights.row(r).head(n).array() = map_weights;

@@ -1,7 +1,8 @@
 // The argument checks of MultiHeadAttention::forward (layers/multi_head_attention.hpp): the input
 // and output shapes, the scratch, the rows of each sequence of a batched call and its KV cache
 // (docs/math.md §6). Each throws ShapeError or OptionError naming MultiHeadAttention::forward and
-// the shapes, before the call writes anything, so a refused call changes no cache.
+// the shapes, before the call writes anything, so a refused call changes no cache; the one
+// exception, refuse_cache_overflow, reports what a cache write found (an entry beyond f16's range).
 #pragma once
 
 #include "diffattn/core/checks.hpp"
@@ -10,6 +11,8 @@
 #include "diffattn/layers/attention_config.hpp"
 #include "diffattn/layers/attention_scratch.hpp"
 #include "diffattn/layers/kv_cache_view.hpp"
+
+#include <type_traits>
 
 namespace diffattn::detail {
 
@@ -72,6 +75,22 @@ void check_attention_sequences(const AttentionConfig& config, Index count, const
     }
     require<ShapeError>(next == n, kAttentionForward, ": the sequences hold ", next, " rows but x has ", n);
     require_distinct_caches(kAttentionForward, count, [&](Index s) { return sequence(s).cache.keys.data; });
+}
+
+/// Throws OptionError for a call whose keys (row `key_row` of the call, -1: none) or values
+/// (`value_row`) hold a finite entry beyond what the cache's scalar S holds (f16: 65504), which the
+/// cache write turned into an infinity (docs/kv_cache.md): the layer and the token's position
+/// (`length` + the row) named. Not a check before the call: the cache rows are written (the
+/// model's forward then empties the cache, model/decoder_model.hpp).
+template <typename S>
+[[noreturn]] void refuse_cache_overflow(const AttentionConfig& config, Index length, Index key_row, Index value_row) {
+    const bool keys = key_row >= 0 && (value_row < 0 || key_row <= value_row);
+    const char* scalar =
+        std::is_same_v<S, Eigen::half> ? "f16" : std::is_same_v<S, Eigen::bfloat16> ? "bf16" : "its scalar";
+    throw OptionError(concat(kAttentionForward, ": layer ", config.depth, "'s ", keys ? "key" : "value", " at position ",
+                             length + (keys ? key_row : value_row), " has an entry beyond the range of ", scalar,
+                             " (the KV cache's precision), which would store it as infinity; use a KV cache of f32 or "
+                             "bf16 (float's range)"));
 }
 
 }  // namespace diffattn::detail

@@ -33,6 +33,7 @@ struct AttentionConfig {
     Index n_kv_heads = 0;                                        ///< `num_key_value_heads` (Hkv; 0 means H)
     Index given_head_dim = 0;                                    ///< `head_dim` of diff_v2 and released checkpoints (0: derived)
     Index shared_diff_rank = 0;                                  ///< `shared_diff_rank` (r, shared_diff only)
+    Index gda_group_ratio = 0;                                   ///< `gda_group_ratio` (gr signal heads per noise head, gda only)
     DiffGqaPairing gqa_pairing = DiffGqaPairing::per_head;       ///< `diff_gqa_pairing`
     DintIntegral dint_integral = DintIntegral::causal_softmax;   ///< `dint_integral` (dint only)
     bool causal = true;                                          ///< `causal`: mask causal, else none
@@ -46,6 +47,10 @@ struct AttentionConfig {
     Index rep() const { return n_heads / kv_heads(); }
     /// Two maps per head (DIFF family) or one (softmax).
     bool differential() const { return kind != AttentionKind::softmax; }
+    /// gda: the noise heads H / gr, each the map 2 of its group of gr heads (docs/math.md §9).
+    Index n_noise_heads() const {
+        return kind == AttentionKind::gda && gda_group_ratio > 0 ? n_heads / gda_group_ratio : 0;
+    }
     /// d: width of one query/key map. softmax D/H; diff, dint, shared_diff D/H/2; diff_v2
     /// head_dim; a released checkpoint's `head_dim` (given_head_dim) when set.
     Index head_dim() const {
@@ -55,8 +60,11 @@ struct AttentionConfig {
             default: return given_head_dim > 0 ? given_head_dim : d_model / n_heads / 2;
         }
     }
-    /// Number of query maps: H (softmax) or 2H (every differential kind).
-    Index n_query_maps() const { return differential() ? 2 * n_heads : n_heads; }
+    /// Number of query maps: H (softmax), H + H / gr (gda) or 2H (every other differential kind).
+    Index n_query_maps() const {
+        if (kind == AttentionKind::gda) return n_heads + n_noise_heads();
+        return differential() ? 2 * n_heads : n_heads;
+    }
     /// Number of key maps: softmax Hkv; diff, dint 2 Hkv; shared_diff 2H; diff_v2 Hkv.
     Index n_key_maps() const {
         switch (kind) {
@@ -79,14 +87,22 @@ struct AttentionConfig {
     /// Width of the concatenated head outputs, the input of out_proj / o_proj: H dv.
     Index out_width() const { return n_heads * value_dim(); }
 
-    /// Query map of map m (0 or 1) of head h (docs/math.md §3.1: sub-heads 2h and 2h+1).
-    Index query_map(Index h, Index m) const { return differential() ? 2 * h + m : h; }
+    /// Query map of map m (0 or 1) of head h (docs/math.md §3.1: sub-heads 2h and 2h+1; §9: group
+    /// g = h / gr holds maps g (gr + 1) .. g (gr + 1) + gr, its signal heads first, its noise head last).
+    Index query_map(Index h, Index m) const {
+        if (kind == AttentionKind::gda) {
+            const Index gr = gda_group_ratio;
+            return h / gr * (gr + 1) + (m == 0 ? h % gr : gr);
+        }
+        return differential() ? 2 * h + m : h;
+    }
     /// Key map used by map m of head h (docs/math.md §3.1 diff_gqa_pairing, 3.2, 3.3, 3.4).
     Index key_map(Index h, Index m) const {
         switch (kind) {
             case AttentionKind::softmax: return h / rep();
             case AttentionKind::shared_diff: return 2 * h + m;
             case AttentionKind::diff_v2: return (2 * h + m) / (2 * n_heads / kv_heads());
+            case AttentionKind::gda: return 2 * (h / rep()) + m;  // docs/math.md §9: maps 2c, 2c+1 of kv pair c
             default:
                 return gqa_pairing == DiffGqaPairing::per_head ? 2 * (h / rep()) + m : (2 * h + m) / rep();
         }
@@ -100,19 +116,21 @@ struct AttentionConfig {
         }
     }
 
-    /// A learnable lambda (lambda_q1 ... lambda_k2) and lambda_init: diff, dint, shared_diff.
+    /// A learnable lambda (lambda_q1 ... lambda_k2) and lambda_init: diff, dint, shared_diff, gda.
     bool has_lambda() const {
-        return kind == AttentionKind::diff || kind == AttentionKind::dint || kind == AttentionKind::shared_diff;
+        return kind == AttentionKind::diff || kind == AttentionKind::dint || kind == AttentionKind::shared_diff ||
+               kind == AttentionKind::gda;
     }
-    /// The per-head subln: diff, dint, shared_diff.
+    /// The per-head subln: diff, dint, shared_diff, gda.
     bool has_subln() const { return has_lambda(); }
     /// The subln's learned weight `subln.weight` [2d] (not DiffLlama's weightless norm).
     bool has_subln_weight() const { return has_subln() && conventions.pair_norm == PairNorm::affine; }
     /// lambda_init of the layer's depth, shifted by the family's offset (Motif: depth - 1).
     double lambda_init() const { return diffattn::lambda_init(depth + conventions.lambda_depth_offset); }
-    /// Factor after subln: (1 - lambda_init) for diff and shared_diff only (docs/math.md §3.1, 3.3); 1 otherwise.
+    /// Factor after subln: (1 - lambda_init) for diff, shared_diff and gda (docs/math.md §3.1, 3.3, 9); 1 otherwise.
     double output_scale() const {
-        return (kind == AttentionKind::diff || kind == AttentionKind::shared_diff) ? 1.0 - lambda_init() : 1.0;
+        const bool scaled = kind == AttentionKind::diff || kind == AttentionKind::shared_diff || kind == AttentionKind::gda;
+        return scaled ? 1.0 - lambda_init() : 1.0;
     }
     MaskKind mask() const { return causal ? MaskKind::causal : MaskKind::none; }
     /// Name of the output projection: `out_proj` (docs/math.md §3.1-3.3) or `o_proj` (diff_v2, docs/math.md §3.4;
@@ -126,6 +144,7 @@ struct AttentionConfig {
     /// Number of parameters (docs/model.md):
     ///   softmax:     D^2 (q) + 2 D^2/rep (k, v) + D^2 (out)
     ///   diff, dint:  D^2 (q) + 2 D^2/rep (k, v) + D^2 (out) + 4d (lambda) + 2d (subln),   d = D/H/2
+    ///   gda:         D (H + H/gr) d (q) + 2 D^2/rep (k, v) + D^2 (out) + 4d + 2d,          d = D/H/2
     ///                (a given head_dim: D (q_width + k_width + v_width) + out_width D + 4d [+ 2d];
     ///                no 2d without the subln weight)
     ///   shared_diff: 2 d D (bases) + 4 H r (D + d) (factors) + 2 D^2 (v, out) + 4d + 2d
@@ -187,6 +206,7 @@ struct AttentionConfig {
                                      ") for attention ", to_string(kind));
                 break;
         }
+        if (kind == AttentionKind::gda) validate_groups(where);
         if (kind == AttentionKind::shared_diff) {
             require<ConfigError>(shared_diff_rank > 0, where,
                                  "shared_diff_rank must be set (> 0) for attention shared_diff, got ",
@@ -204,14 +224,21 @@ struct AttentionConfig {
         // make the angles pos * theta^(-2i/d) Inf or NaN, i.e. NaN logits (caught by the finite-logits check of fuzz_config_json).
         // Keep every angle finite for positions below 2^31.
         const double d = static_cast<double>(head_dim());
-        const Llama3RopeScaling& llama3 = conventions.rope_scaling;
-        // llama3 scaling keeps each frequency between f / factor and f.
-        const double top_frequency = std::max(1.0, std::pow(rope_theta, -(d - 2) / d)) *
-                                     (llama3.enabled() ? std::max(1.0, 1.0 / llama3.factor) : 1.0);
         const double max_frequency = std::numeric_limits<double>::max() / 2147483648.0;
-        require<ConfigError>(std::isfinite(top_frequency) && top_frequency <= max_frequency, where,
+        const double theta_frequency = std::max(1.0, std::pow(rope_theta, -(d - 2) / d));
+        require<ConfigError>(std::isfinite(theta_frequency) && theta_frequency <= max_frequency, where,
                              "rope_theta ", rope_theta, " is too small: the rotary frequency theta^(-2i/d) reaches ",
-                             top_frequency, ", so the angles pos * theta^(-2i/d) would overflow");
+                             theta_frequency, ", so the angles pos * theta^(-2i/d) would overflow");
+        // llama3 scaling keeps each frequency between f / factor and f: a tiny factor is the
+        // culprit then, not theta.
+        const Llama3RopeScaling& llama3 = conventions.rope_scaling;
+        if (llama3.enabled()) {
+            const double scaled_frequency = theta_frequency * std::max(1.0, 1.0 / llama3.factor);
+            require<ConfigError>(std::isfinite(scaled_frequency) && scaled_frequency <= max_frequency, where,
+                                 "llama3 rope scaling factor ", llama3.factor,
+                                 " is too small: the rotary frequencies divided by it reach ", scaled_frequency,
+                                 ", so the angles would overflow");
+        }
         require<ConfigError>(depth >= 0, where, "layer index must be >= 0, got ", depth);
         validate_conventions(where);
         if (kind == AttentionKind::dint && dint_integral == DintIntegral::global_mean) {
@@ -228,6 +255,18 @@ private:
             case AttentionKind::diff_v2: return ", d = head_dim";
             default: return given_head_dim > 0 ? ", d = head_dim" : ", d = hidden_size / num_attention_heads / 2";
         }
+    }
+
+    /// gda (docs/math.md §9): gr divides H, and the kv heads divide the H / gr noise heads, so that
+    /// each group's signal and noise heads read one kv pair.
+    void validate_groups(const char* where) const {
+        require<ConfigError>(gda_group_ratio > 0 && n_heads % gda_group_ratio == 0, where, "gda_group_ratio (",
+                             gda_group_ratio, ") must be > 0 and divide num_attention_heads (", n_heads,
+                             ") for attention gda: each noise head serves gda_group_ratio heads");
+        require<ConfigError>(n_noise_heads() % kv_heads() == 0, where, "num_key_value_heads (", kv_heads(),
+                             ") must divide the ", n_noise_heads(), " noise heads (num_attention_heads ", n_heads,
+                             " / gda_group_ratio ", gda_group_ratio,
+                             ") for attention gda: a group's heads read one key/value head");
     }
 
     void validate_conventions(const char* where) const {

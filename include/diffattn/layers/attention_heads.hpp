@@ -7,6 +7,7 @@
 //   DiffHeads     kernel 2.2 on maps 2h, 2h+1 with the layer's lambda    (diff, shared_diff)
 //   DintHeads     kernel 2.3, same maps, plus the integral               (dint)
 //   DiffV2Heads   two kernels 2.1, O[2h] - sigmoid(l[n, h]) O[2h+1]       (diff_v2)
+//   GdaHeads      kernel §9 on a group: gr signal maps, one noise map     (gda; a task per group)
 // Heads are blocks of the call's buffers (queries: column blocks; keys and values: HeadBlocks,
 // column blocks or a KV cache's head-major blocks, its keys in blocks of 16): no head is ever
 // copied. Keys and values may be stored in a narrower scalar S (a half-precision KV cache,
@@ -17,6 +18,7 @@
 #include "diffattn/kernels/attention_workspace.hpp"
 #include "diffattn/kernels/diff_attention.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
+#include "diffattn/kernels/gda_attention.hpp"
 #include "diffattn/kernels/options.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
 #include "diffattn/layers/attention_config.hpp"
@@ -168,6 +170,33 @@ struct DiffV2Heads {
             run_softmax(c, 1, second, h, ws, threads);
             out.noalias() -= c.gate(h).asDiagonal() * second;
         }
+    }
+};
+
+/// gda (docs/math.md §9): task g is noise group g, its signal heads h = g gr .. g gr + gr - 1:
+/// O_h = A1_h V - lambda A2_g V over the group's kv pair, A2_g V once for the group
+/// (kernels/gda_attention.hpp). Replacement kernels (a slice of a sequence, docs/distributed.md)
+/// have no GDA call: each signal head is then a DIFF head with the group's noise map as map 2,
+/// which computes A2_g V once per head instead (the same output: docs/math.md §9).
+struct GdaHeads {
+    template <typename T, typename S>
+    static void run(const HeadContext<T, S>& c, Index g, AttentionWorkspace<T>& ws, int threads) {
+        const Index gr = c.config.gda_group_ratio, d = c.d(), dv = c.dv(), first = g * gr;
+        const auto signal = c.q.middleCols(c.config.query_map(first, 0) * d, gr * d);  // [N x gr d]
+        const auto noise = c.q.middleCols(c.config.query_map(first, 1) * d, d);        // [N x d]
+        auto out = c.heads.middleCols(first * dv, gr * dv);                            // [N x gr dv]
+        if (const AttentionKernels<T>* kernels = c.replacement()) {
+            if constexpr (std::is_same_v<S, T>) {
+                for (Index i = 0; i < gr; ++i) {
+                    kernels->diff(signal.middleCols(i * d, d), c.key(first, 0).row_major(), noise,
+                                  c.key(first, 1).row_major(), c.value(first, 0), c.lambda,
+                                  out.middleCols(i * dv, dv), c.options_on(threads), ws);
+                }
+            }
+            return;
+        }
+        detail::gda_attention<T, S>(signal, c.key(first, 0), noise, c.key(first, 1), c.value(first, 0), c.lambda, out,
+                                    c.options_on(threads), &ws);
     }
 };
 

@@ -1,4 +1,4 @@
-// The choices of config.json that name an attention operator (docs/math.md §5): the attention
+// The choices of config.json that name an attention operator (docs/math.md §5, 9): the attention
 // kind, DIFF's pairing of key sub-heads under GQA, and DINT's integral mode, with their
 // config.json spellings (to_string, and the parse_* functions that read them back).
 #pragma once
@@ -16,6 +16,7 @@ enum class AttentionKind {
     dint,         ///< DINT Transformer: DIFF plus the integral term (docs/math.md §2.3, 3.1)
     shared_diff,  ///< Shared DIFF: shared base plus low-rank per-head factors (docs/math.md §3.3)
     diff_v2,      ///< DIFF Transformer V2: per-token sigmoid lambda (docs/math.md §3.4)
+    gda,          ///< grouped differential attention: gr signal heads share one noise head (docs/math.md §9)
 };
 
 /// config.json `diff_gqa_pairing`: which key sub-heads the two maps of a grouped head use (docs/math.md §3.1).
@@ -31,6 +32,7 @@ inline const char* to_string(AttentionKind kind) {
         case AttentionKind::dint: return "dint";
         case AttentionKind::shared_diff: return "shared_diff";
         case AttentionKind::diff_v2: return "diff_v2";
+        case AttentionKind::gda: return "gda";
     }
     return "?";
 }
@@ -49,7 +51,7 @@ inline const char* to_string(DintIntegral integral) {
 /// Parses the config.json spellings; false if `text` is not one of them.
 inline bool parse_attention_kind(const std::string& text, AttentionKind& kind) {
     for (AttentionKind k : {AttentionKind::softmax, AttentionKind::diff, AttentionKind::dint,
-                            AttentionKind::shared_diff, AttentionKind::diff_v2}) {
+                            AttentionKind::shared_diff, AttentionKind::diff_v2, AttentionKind::gda}) {
         if (text == to_string(k)) { kind = k; return true; }
     }
     return false;

@@ -7,6 +7,7 @@
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/attention_workspace.hpp"
+#include "diffattn/kernels/gda_attention.hpp"
 #include "diffattn/layers/head_parallel.hpp"
 #include "diffattn/layers/attention_config.hpp"
 #include "diffattn/layers/attention_kernels.hpp"
@@ -84,15 +85,19 @@ struct AttentionScratch {
         const int threads = static_cast<int>(workspaces.size());
         int first_threads = 1;
         const Index group = detail::heads_sharing_kv(config_);  // a one-row step's heads per kernel call
+        const bool gda = config_.kind == AttentionKind::gda;     // a task per group of gr heads
         for (int t = 2; t <= threads; ++t) {
             if (detail::split_heads_over_keys(config_.n_heads, 1, t) ||
-                detail::split_heads_over_keys(config_.n_heads / group, group, t)) {
+                detail::split_heads_over_keys(config_.n_heads / group, group, t) ||
+                (gda && detail::split_heads_over_keys(config_.n_noise_heads(), 1, t))) {
                 first_threads = threads;
             }
         }
+        // gda's one-row step keeps gr + 1 rows of probabilities (its stacked signal heads and noise head).
+        const Index kept_rows = gda ? detail::gda_kept_rows(config_.gda_group_ratio) : 0;
         for (AttentionWorkspace<T>& ws : workspaces) {
             ws.reserve(max_len(), seq_len_kv, config_.head_dim(), config_.value_dim(),
-                       &ws == &workspaces.front() ? first_threads : 1);
+                       &ws == &workspaces.front() ? first_threads : 1, kept_rows);
         }
     }
 

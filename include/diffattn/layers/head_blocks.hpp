@@ -84,10 +84,14 @@ struct HeadBlocks {
     }
 
     /// Rows [first, first + rows.rows()) of every head = the column blocks of `rows`
-    /// [n x heads * width], converted to the stored scalar.
+    /// [n x heads * width], converted to the stored scalar. Returns the first of those rows (from
+    /// 0) in which a finite entry became infinite, because the stored scalar cannot hold it (beyond
+    /// 65504 in f16, docs/kv_cache.md), or -1: the caller says so instead of attending over an
+    /// infinity. A second pass over the written entries, only when the stored scalar is narrower.
     template <typename Rows>
-    void write_rows(Index first, const Rows& rows) const {
+    Index write_rows(Index first, const Rows& rows) const {
         static_assert(!std::is_const_v<E>, "a read-only HeadBlocks cannot be written");
+        using Source = typename Rows::Scalar;
         for (Index b = 0; b < heads; ++b) {
             if (!key_blocks) {
                 head(b, first, rows.rows()) = rows.middleCols(b * width, width).template cast<Scalar>();
@@ -97,10 +101,26 @@ struct HeadBlocks {
                 E* key = data + b * head_stride + Keys::blocked_entry(first + r, 0, width);
                 for (Index i = 0; i < width; ++i) {
                     const auto entry = rows(r, b * width + i);
-                    key[i * detail::kKeyBlock] = Eigen::internal::cast<typename Rows::Scalar, Scalar>(entry);
+                    key[i * detail::kKeyBlock] = Eigen::internal::cast<Source, Scalar>(entry);
                 }
             }
         }
+        if constexpr (sizeof(Scalar) < sizeof(Source)) {  // f16 or bf16 from float, ...
+            for (Index r = 0; r < rows.rows(); ++r) {
+                for (Index b = 0; b < heads; ++b) {
+                    const E* stored = key_blocks ? data + b * head_stride + Keys::blocked_entry(first + r, 0, width)
+                                                 : data + b * head_stride + (first + r) * row_stride;
+                    const Index step = key_blocks ? detail::kKeyBlock : 1;
+                    for (Index i = 0; i < width; ++i) {
+                        if ((Eigen::numext::isinf)(stored[i * step]) &&
+                            (Eigen::numext::isfinite)(rows(r, b * width + i))) {
+                            return r;
+                        }
+                    }
+                }
+            }
+        }
+        return -1;
     }
 
     /// Rows [0, rows) of every head side by side, [rows x heads * width] in the scalar T (a copy).

@@ -41,11 +41,12 @@ inline double heads_work(const AttentionConfig& config, Index rows, Index keys, 
 
 /// g: how many heads in a row read the same key maps and value heads (grouped-query attention),
 /// so that a call of one query row can run them as the g rows of one kernel call, which reads
-/// their keys and values once instead of g times; 1 when no two heads share, and for dint, whose
-/// integral is a sum over a head's own rows and history (docs/math.md §2.3).
+/// their keys and values once instead of g times; 1 when no two heads share, for dint, whose
+/// integral is a sum over a head's own rows and history (docs/math.md §2.3), and for gda, whose
+/// kernel already runs a group's signal heads as the rows of one map (kernels/gda_attention.hpp).
 inline Index heads_sharing_kv(const AttentionConfig& config) {
     const Index n_heads = config.n_heads;
-    if (config.kind == AttentionKind::dint) return 1;
+    if (config.kind == AttentionKind::dint || config.kind == AttentionKind::gda) return 1;
     const auto same_reads = [&](Index h, Index first) {
         for (Index m = 0; m < (config.differential() ? 2 : 1); ++m) {
             if (config.key_map(h, m) != config.key_map(first, m) || config.value_head(h, m) != config.value_head(first, m)) {

@@ -1,4 +1,4 @@
-// Multi-head attention modules of docs/math.md §3: softmax, diff, dint, shared_diff, diff_v2 — one
+// Multi-head attention modules of docs/math.md §3 and 9: softmax, diff, dint, shared_diff, diff_v2, gda — one
 // module, with the attention kind as a small head policy (layers/attention_heads.hpp) chosen in
 // exactly one switch.
 //
@@ -196,8 +196,11 @@ private:
             kv.rotary->apply(k.middleRows(first, rows), position);
             // The plain forward's keys are already where its heads read them.
             if (!std::is_same_v<S, T> || static_cast<const void*>(kv.keys.data) != k.data()) {
-                kv.keys.write_rows(kv.length, k.middleRows(first, rows));
-                kv.values.write_rows(kv.length, v.middleRows(first, rows));
+                const Index key_row = kv.keys.write_rows(kv.length, k.middleRows(first, rows));
+                const Index value_row = kv.values.write_rows(kv.length, v.middleRows(first, rows));
+                if (key_row >= 0 || value_row >= 0) {  // an entry beyond f16's range (docs/kv_cache.md)
+                    detail::refuse_cache_overflow<S>(config_, kv.length, key_row, value_row);
+                }
             }
             capacity = std::max(capacity, kv.capacity());
         }
@@ -254,6 +257,7 @@ private:
             case AttentionKind::shared_diff: run_heads<DiffHeads>(count, sequence, scratch, context); break;
             case AttentionKind::dint: run_heads<DintHeads>(count, sequence, scratch, context); break;
             case AttentionKind::diff_v2: run_heads<DiffV2Heads>(count, sequence, scratch, context); break;
+            case AttentionKind::gda: run_heads<GdaHeads>(count, sequence, scratch, context); break;
         }
     }
 
@@ -280,14 +284,21 @@ private:
         // rows than keys.)
         const bool grouped = most_rows == 1 && fewest_keys >= kv_group_ && scratch.kernels == nullptr;
         const Index group = grouped ? kv_group_ : 1;
-        const Index tasks = n_heads / group;  // per sequence
-        detail::for_each_head(count * tasks, most_rows * group, work, heads_context, scratch.workspaces,
+        // gda: a task is a group of heads (GdaHeads), whose kernel splits its keys over the threads
+        // only when it stacks them (a step of one row); else its heads go to the threads.
+        const bool gda = config_.kind == AttentionKind::gda;
+        const Index written = gda ? config_.gda_group_ratio : 1;  // heads whose outputs task h writes
+        const Index task_rows = gda && !detail::gda_stacks_signal_heads(most_rows, written)
+                                    ? std::max(most_rows, kMinPackedRows)
+                                    : most_rows * group;
+        const Index tasks = n_heads / (group * written);  // per sequence
+        detail::for_each_head(count * tasks, task_rows, work, heads_context, scratch.workspaces,
                               [&](Index task, AttentionWorkspace<T>& workspace, int kernel_threads) {
                                   const Index h = task % tasks;
                                   const auto call = head_context(sequence(task / tasks), scratch, group, context.compute);
                                   Policy::run(call, h, workspace, kernel_threads);
-                                  if (subln) {
-                                      auto head = call.output(h);  // [rows x 2d], a row per head
+                                  for (Index i = 0; subln && i < written; ++i) {
+                                      auto head = call.output(h * written + i);  // [rows x 2d], a row per head
                                       weights_.subln.apply(head, head, output_scale);
                                   }
                               });

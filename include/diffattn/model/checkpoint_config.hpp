@@ -6,11 +6,15 @@
 //   DiffLlama: halves pairing, rotate_half rotary, weightless per-pair norm (eps rms_norm_eps),
 //              lambda_init(i), head_dim possibly != D/H, SwiGLU;
 //   Motif:     stripe pairing, rotate_half rotary, subln weight (eps attn_rms_norm_eps),
-//              lambda_init(i - 1), PolyNorm MLP.
+//              lambda_init(i - 1), PolyNorm MLP;
+//   Motif-2 (num_noise_heads): Motif's conventions on the gda module (docs/math.md §9), its
+//              query heads in groups of gr signal heads and one noise head.
 // A pair of query heads is one differential head of ours: num_attention_heads and
-// num_key_value_heads of the ModelConfig are half the config.json values.
-// Everything not implemented (other rope types, biases, activations, odd head counts, grouped
-// differential attention) is a ConfigError naming the file, the key and the value.
+// num_key_value_heads of the ModelConfig are half the config.json values; for Motif-2 they are
+// the signal heads and the kv pairs, and gda_group_ratio is gr.
+// Everything not implemented (other rope types, biases, activations, odd head counts, head
+// topologies that form no groups, k_ratio other than 1) is a ConfigError naming the file, the key
+// and the value.
 #pragma once
 
 #include "diffattn/core/error.hpp"
@@ -19,6 +23,7 @@
 #include "diffattn/layers/rotary.hpp"
 #include "diffattn/model/config.hpp"
 #include "diffattn/model/config_json.hpp"
+#include "diffattn/model/released_config_reader.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -32,126 +37,6 @@ namespace diffattn {
 
 namespace detail {
 
-/// `json[key]` for a message: the JSON text, or "absent".
-inline std::string json_value_text(const nlohmann::json& json, const char* key) {
-    const auto it = json.find(key);
-    return it == json.end() ? std::string("absent") : it->dump();
-}
-
-/// A number (not a bool) at `json[key]`.
-inline bool is_json_number(const nlohmann::json& json, const char* key) {
-    const auto it = json.find(key);
-    return it != json.end() && it->is_number();
-}
-
-/// Checks of a released checkpoint's config.json: every message starts "<source>: <family> checkpoint: ".
-class ReleasedConfigReader {
-public:
-    ReleasedConfigReader(const nlohmann::json& json, const std::string& source, CheckpointFamily family)
-        : json_(json), read_(json, source), prefix_(concat(source, ": ", to_string(family), " checkpoint: ")) {}
-
-    const ConfigReader& read() const { return read_; }
-    const nlohmann::json& json() const { return json_; }
-
-    template <typename... Parts>
-    void require(bool condition, Parts&&... parts) const {
-        if (!condition) throw ConfigError(concat(prefix_, std::forward<Parts>(parts)...));
-    }
-
-    /// A finite number > 0 that must be present.
-    double required_number(const char* key, const char* why) const {
-        require(read_.has(key), "key \"", key, "\" is required (", why, ")");
-        return read_.positive_number(key, 0.0);
-    }
-
-    /// Refuses `key` when it is true (absent or false is fine).
-    void refuse_true(const char* key, const char* why) const {
-        require(!read_.boolean(key, false), "key \"", key, "\" is true: ", why);
-    }
-
-    /// The resolved rotary settings (docs/checkpoints.md, "Which settings"): theta into
-    /// config.rope_theta, llama3 into config.conventions.rope_scaling.
-    void rope(ModelConfig& config) const {
-        const nlohmann::json* dict = nullptr;
-        const char* dict_key = "rope_scaling";
-        for (const char* key : {"rope_scaling", "rope_parameters"}) {
-            const auto it = json_.find(key);
-            if (it == json_.end() || it->is_null() || (it->is_object() && it->empty())) continue;
-            require(it->is_object(), "key \"", key, "\" must be an object, got ", it->dump());
-            dict = &*it;
-            dict_key = key;
-            break;
-        }
-        static const nlohmann::json empty = nlohmann::json::object();
-        const nlohmann::json& rope = dict != nullptr ? *dict : empty;
-        const auto string_at = [&](const char* key) -> std::string {
-            const auto it = rope.find(key);
-            require(it->is_string(), "key \"", dict_key, ".", key, "\" must be a string, got ", it->dump());
-            return it->get<std::string>();
-        };
-        const std::string type_key = rope.contains("rope_type") ? "rope_type" : "type";
-        const std::string type = rope.contains(type_key) ? string_at(type_key.c_str()) : "default";
-
-        // theta: the dict's, else the top level's, else 10000; both and different: refused.
-        const bool inner_theta = is_json_number(rope, "rope_theta"), top_theta = read_.has("rope_theta");
-        require(!rope.contains("rope_theta") || inner_theta, "key \"", dict_key, ".rope_theta\" must be a number, got ",
-                json_value_text(rope, "rope_theta"));
-        const double outer = read_.positive_number("rope_theta", 10000.0);
-        if (inner_theta && top_theta) {
-            require(rope.at("rope_theta").get<double>() == outer, "key \"rope_theta\" (", json_.at("rope_theta").dump(),
-                    ") and \"", dict_key, ".rope_theta\" (", rope.at("rope_theta").dump(),
-                    ") disagree (transformers 4 reads the first, 5 the second)");
-        }
-        config.rope_theta = inner_theta ? rope.at("rope_theta").get<double>() : outer;
-        require(config.rope_theta > 0 && std::isfinite(config.rope_theta), "rope_theta must be a finite number > 0, got ",
-                config.rope_theta);
-
-        for (const nlohmann::json* where : {&rope, &json_}) {
-            const auto it = where->find("partial_rotary_factor");
-            if (it == where->end() || it->is_null()) continue;
-            require(it->is_number() && it->get<double>() == 1.0, "key \"",
-                    where == &rope ? std::string(dict_key) + "." : std::string(),
-                    "partial_rotary_factor\" is ", it->dump(), ": only 1 (rotary over the whole head) is supported");
-        }
-        if (type == "default") return;
-        require(type == "llama3", "key \"", dict_key, ".", type_key, "\" is \"", type,
-                "\": only rope types \"default\" and \"llama3\" are supported");
-        Llama3RopeScaling& llama3 = config.conventions.rope_scaling;
-        double* fields[] = {&llama3.factor, &llama3.low_freq_factor, &llama3.high_freq_factor};
-        const char* names[] = {"factor", "low_freq_factor", "high_freq_factor"};
-        for (int i = 0; i < 3; ++i) {
-            require(is_json_number(rope, names[i]) && rope.at(names[i]).get<double>() > 0, "llama3 key \"", dict_key, ".",
-                    names[i], "\" must be a number > 0, got ", json_value_text(rope, names[i]));
-            *fields[i] = rope.at(names[i]).get<double>();
-        }
-        require(llama3.high_freq_factor > llama3.low_freq_factor, "llama3 key \"", dict_key,
-                ".high_freq_factor\" (", llama3.high_freq_factor, ") must exceed low_freq_factor (",
-                llama3.low_freq_factor, ")");
-        // original_max_position_embeddings: the top level's, else the dict's, else
-        // max_position_embeddings; both and different: refused.
-        const char* omax_key = "original_max_position_embeddings";
-        const bool top = read_.has(omax_key), inner = rope.contains(omax_key) && !rope.at(omax_key).is_null();
-        if (top && inner) {
-            require(rope.at(omax_key) == json_.at(omax_key), "llama3 key \"", omax_key, "\" (", json_.at(omax_key).dump(),
-                    ") and \"", dict_key, ".", omax_key, "\" (", rope.at(omax_key).dump(),
-                    ") disagree (transformers 4 reads the second, 5 the first)");
-        }
-        const nlohmann::json* omax = top ? &json_.at(omax_key) : inner ? &rope.at(omax_key) : nullptr;
-        const char* omax_name = top || inner ? omax_key : "max_position_embeddings";
-        if (omax == nullptr && read_.has("max_position_embeddings")) omax = &json_.at("max_position_embeddings");
-        require(omax != nullptr && omax->is_number_integer() && omax->get<long long>() > 0,
-                "llama3 rope scaling needs a positive integer ", omax_name, ", got ",
-                omax != nullptr ? omax->dump() : std::string("none (neither ") + omax_key +
-                                                     " nor max_position_embeddings is given)");
-        llama3.original_max_position_embeddings = static_cast<double>(omax->get<long long>());
-    }
-
-private:
-    const nlohmann::json& json_;
-    ConfigReader read_;
-    std::string prefix_;
-};
-
 /// config.json keys a released checkpoint may hold that change nothing here (no warning).
 inline bool is_informational_key(const std::string& key, CheckpointFamily family) {
     static const char* const common[] = {
@@ -164,24 +49,54 @@ inline bool is_informational_key(const std::string& key, CheckpointFamily family
     return listed(common) || (family == CheckpointFamily::diffllama ? listed(diffllama) : listed(motif));
 }
 
+/// Motif-2's grouped heads (docs/checkpoints.md, "Motif-2"; vLLM MotifAttention.__init__ and
+/// GroupedDifferentialAttentionImpl.__init__, mlx-motif ModelArgs._validate_grouped_head_topology):
+/// Hn = num_noise_heads noise heads, each closing a group of H / Hn query heads, gr = H / Hn - 1
+/// signal heads first; the kv heads in pairs (2c, 2c + 1) that the Hn / (Hkv / 2) groups of pair c
+/// read; head_dim given. Sets the gda geometry of `c`.
+inline void motif_grouped_heads(const ReleasedConfigReader& check, ModelConfig& c, Index H, Index Hkv) {
+    const ConfigReader& read = check.read();
+    const Index Hn = read.integer("num_noise_heads", 1, true, 0);
+    check.require(Hn < H && H % Hn == 0, "num_noise_heads (", Hn, ") must be less than and divide num_attention_heads (",
+                  H, "): each noise head closes a group of num_attention_heads / num_noise_heads query heads, "
+                  "at least one of them a signal head");
+    check.require(Hkv % 2 == 0, "num_key_value_heads (", Hkv,
+                  ") must be even: the signal heads read the even kv heads, the noise heads the odd ones");
+    check.require(Hn % (Hkv / 2) == 0, "num_noise_heads (", Hn, ") must be a multiple of num_key_value_heads / 2 (",
+                  Hkv / 2, "): each of the ", Hkv / 2, " kv pairs serves whole groups");
+    check.require(read.has("head_dim"), "key \"head_dim\" is required with num_noise_heads (vLLM MotifAttention "
+                  "raises without it; hidden_size / num_attention_heads is not the head width of these models)");
+    c.attention = AttentionKind::gda;
+    c.num_attention_heads = H - Hn;
+    c.gda_group_ratio = H / Hn - 1;
+    c.num_key_value_heads = Hkv / 2;
+    c.head_dim = read.integer("head_dim", 1, true, 0);
+    check.require(c.head_dim % 2 == 0, "head_dim (", c.head_dim, ") must be even (rotate_half rotary)");
+}
+
 /// DiffLlama or Motif config.json -> ModelConfig (the file comment). Throws ConfigError.
 inline ModelConfig released_config_from_json(const nlohmann::json& json, CheckpointFamily family,
                                              std::vector<std::string>* warnings, const std::string& source) {
     const ReleasedConfigReader check(json, source, family);
     const ConfigReader& read = check.read();
     const bool diffllama = family == CheckpointFamily::diffllama;
+    const bool grouped = !diffllama && read.has("num_noise_heads");
     const Index D = read.integer("hidden_size", 1, true, 0);
     const Index H = read.integer("num_attention_heads", 1, true, 0);
     const Index Hkv = read.integer("num_key_value_heads", 1, false, H);
-    check.require(H % Hkv == 0, "num_key_value_heads (", Hkv, ") must divide num_attention_heads (", H, ")");
-    check.require(H % 2 == 0 && Hkv % 2 == 0, "num_attention_heads (", H, ") and num_key_value_heads (", Hkv,
-                  ") must both be even: a differential pair takes two query heads and two key/value heads");
 
     ModelConfig c;
-    c.attention = AttentionKind::diff;
+    if (grouped) {
+        motif_grouped_heads(check, c, H, Hkv);
+    } else {
+        check.require(H % Hkv == 0, "num_key_value_heads (", Hkv, ") must divide num_attention_heads (", H, ")");
+        check.require(H % 2 == 0 && Hkv % 2 == 0, "num_attention_heads (", H, ") and num_key_value_heads (", Hkv,
+                      ") must both be even: a differential pair takes two query heads and two key/value heads");
+        c.attention = AttentionKind::diff;
+        c.num_attention_heads = H / 2;
+        c.num_key_value_heads = Hkv / 2;
+    }
     c.hidden_size = D;
-    c.num_attention_heads = H / 2;
-    c.num_key_value_heads = Hkv / 2;
     c.num_hidden_layers = read.integer("num_hidden_layers", 1, true, 0);
     c.intermediate_size = read.integer("intermediate_size", 1, true, 0);
     c.vocab_size = read.integer("vocab_size", 1, true, 0);
@@ -205,20 +120,29 @@ inline ModelConfig released_config_from_json(const nlohmann::json& json, Checkpo
         conventions.lambda_depth_offset = 0;
         c.mlp_activation = MlpActivation::silu;
     } else {
-        check.require(D % H == 0, "hidden_size (", D, ") must be divisible by num_attention_heads (", H, ")");
-        c.head_dim = D / H;
-        check.require(!read.has("head_dim") || read.integer("head_dim", 1, false, 0) == c.head_dim, "key \"head_dim\" is ",
-                      detail::json_value_text(json, "head_dim"), " but hidden_size / num_attention_heads = ", c.head_dim,
-                      " (Motif's q_proj maps hidden_size to hidden_size; another head_dim is not supported)");
-        check.require(c.head_dim % 2 == 0, "the head width hidden_size / num_attention_heads = ", c.head_dim,
-                      " must be even (rotate_half rotary)");
+        if (!grouped) {
+            check.require(D % H == 0, "hidden_size (", D, ") must be divisible by num_attention_heads (", H, ")");
+            c.head_dim = D / H;
+            check.require(!read.has("head_dim") || read.integer("head_dim", 1, false, 0) == c.head_dim,
+                          "key \"head_dim\" is ", detail::json_value_text(json, "head_dim"),
+                          " but hidden_size / num_attention_heads = ", c.head_dim,
+                          " (Motif's q_proj maps hidden_size to hidden_size; another head_dim is not supported)");
+            check.require(c.head_dim % 2 == 0, "the head width hidden_size / num_attention_heads = ", c.head_dim,
+                          " must be even (rotate_half rotary)");
+        }
+        // k_ratio (mlx-motif's ModelArgs; vLLM's MotifConfig stores it, its MotifAttention never
+        // reads it): what another value does to the key and value heads is not pinned by the code
+        // that runs the released models.
+        const auto k_ratio = json.find("k_ratio");
+        check.require(!read.has("k_ratio") || (k_ratio->is_number_integer() && k_ratio->get<long long>() == 1),
+                      "key \"k_ratio\" is ", detail::json_value_text(json, "k_ratio"),
+                      ": only 1 is supported (Motif's vLLM MotifAttention never reads it, so no released code "
+                      "pins what another value does to the key and value heads)");
         check.require(read.has("hidden_act") && json.at("hidden_act") == "poly_norm", "key \"hidden_act\" is ",
                       detail::json_value_text(json, "hidden_act"), ": Motif's MLP needs \"poly_norm\"");
         for (const char* key : {"attention_bias", "use_bias", "qkv_bias"}) {
             check.refuse_true(key, "biases are not supported");
         }
-        check.require(!read.has("num_noise_heads"), "key \"num_noise_heads\" is ", detail::json_value_text(json, "num_noise_heads"),
-                      ": grouped differential attention (Motif-2-12.7B) is another architecture, not supported");
         c.rms_norm_eps = check.required_number("rms_norm_eps", "upstream defaults disagree");
         conventions.head_pairing = HeadPairing::stripe;
         conventions.pair_norm = PairNorm::affine;
@@ -232,7 +156,7 @@ inline ModelConfig released_config_from_json(const nlohmann::json& json, Checkpo
         static const char* const used[] = {
             "hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "intermediate_size",
             "vocab_size", "tie_word_embeddings", "head_dim", "hidden_act", "rms_norm_eps", "attn_rms_norm_eps",
-            "attention_bias", "use_bias", "qkv_bias", "num_noise_heads", "rope_theta", "rope_scaling",
+            "attention_bias", "use_bias", "qkv_bias", "num_noise_heads", "k_ratio", "rope_theta", "rope_scaling",
             "rope_parameters", "partial_rotary_factor", "original_max_position_embeddings"};
         for (const auto& item : json.items()) {
             const bool known = std::find(std::begin(used), std::end(used), item.key()) != std::end(used) ||

@@ -6,8 +6,10 @@
 //
 // A released DiffLlama or Motif checkpoint (model/checkpoint_config.hpp, docs/checkpoints.md) is
 // the same struct: attention diff, a pair of its query heads per head (num_attention_heads and
-// num_key_value_heads are half the config.json values), head_dim its map width, and its
-// conventions as data (`conventions`, `mlp_activation`); the defaults are our own format's.
+// num_key_value_heads are half the config.json values), or for Motif-2 (num_noise_heads) attention
+// gda, its signal heads as num_attention_heads and its kv pairs as num_key_value_heads; head_dim its
+// map width, and its conventions as data (`conventions`, `mlp_activation`); the defaults are our own
+// format's.
 #pragma once
 
 #include "diffattn/core/error.hpp"
@@ -23,7 +25,7 @@
 namespace diffattn {
 
 struct ModelConfig {
-    AttentionKind attention = AttentionKind::diff;             ///< `attention`: softmax | diff | dint | shared_diff | diff_v2 (required)
+    AttentionKind attention = AttentionKind::diff;             ///< `attention`: softmax | diff | dint | shared_diff | diff_v2 | gda (required)
     Index hidden_size = 0;                                     ///< `hidden_size`: D, model width (required)
     Index num_attention_heads = 0;                             ///< `num_attention_heads`: H (required)
     Index num_key_value_heads = 0;                             ///< `num_key_value_heads`: Hkv, divides H (default H; 0 here means H)
@@ -35,9 +37,10 @@ struct ModelConfig {
     bool tie_word_embeddings = false;                          ///< `tie_word_embeddings`: lm_head = embed_tokens (default false, see docs/model.md)
     DintIntegral dint_integral = DintIntegral::causal_softmax; ///< `dint_integral` (dint only; default causal_softmax)
     Index shared_diff_rank = 0;                                ///< `shared_diff_rank`: r (required for shared_diff)
+    Index gda_group_ratio = 0;                                 ///< `gda_group_ratio`: gr signal heads per noise head (required for gda)
     DiffGqaPairing diff_gqa_pairing = DiffGqaPairing::per_head;///< `diff_gqa_pairing` (diff, dint with GQA; default per_head)
-    Index head_dim = 0;                                        ///< `head_dim`: d of diff_v2 (required for diff_v2, ignored otherwise);
-                                                               ///< the map width hd of a released checkpoint
+    Index head_dim = 0;                                        ///< `head_dim`: d of diff_v2 (required) and gda (default D/H/2),
+                                                               ///< ignored otherwise; the map width hd of a released checkpoint
     bool causal = true;                                        ///< `causal`: false makes a bidirectional encoder stack (default true)
     AttentionConventions conventions;                          ///< the family's attention conventions (defaults: ours)
     MlpActivation mlp_activation = MlpActivation::silu;        ///< the gate activation: silu (SwiGLU) or Motif's poly_norm
@@ -57,10 +60,12 @@ struct ModelConfig {
         c.d_model = hidden_size;
         c.n_heads = num_attention_heads;
         c.n_kv_heads = kv_heads();
-        // Our format reads head_dim for diff_v2 only; a released checkpoint's is its map width.
-        const bool given = attention == AttentionKind::diff_v2 || conventions.family != CheckpointFamily::diffattn;
+        // Our format reads head_dim for diff_v2 and gda only; a released checkpoint's is its map width.
+        const bool given = attention == AttentionKind::diff_v2 || attention == AttentionKind::gda ||
+                           conventions.family != CheckpointFamily::diffattn;
         c.given_head_dim = given ? head_dim : 0;
         c.shared_diff_rank = shared_diff_rank;
+        c.gda_group_ratio = gda_group_ratio;
         c.gqa_pairing = diff_gqa_pairing;
         c.dint_integral = dint_integral;
         c.causal = causal;
@@ -129,11 +134,21 @@ inline std::ostream& operator<<(std::ostream& out, const ModelConfig& c) {
         out << "  diff_gqa_pairing     = " << to_string(c.diff_gqa_pairing) << "\n";
     if (c.attention == AttentionKind::shared_diff) out << "  shared_diff_rank     = " << c.shared_diff_rank << "\n";
     if (c.attention == AttentionKind::diff_v2) out << "  head_dim             = " << c.head_dim << "\n";
+    if (c.attention == AttentionKind::gda) {
+        out << "  gda_group_ratio      = " << c.gda_group_ratio << " (" << c.attention_config().n_noise_heads()
+            << " noise heads)\n";
+    }
     const AttentionConventions& v = c.conventions;
     if (v.family != CheckpointFamily::diffattn) {
-        out << "  checkpoint family    = " << to_string(v.family) << " (a pair of its " << 2 * c.num_attention_heads
-            << " query heads per head, " << 2 * c.kv_heads() << " kv heads)\n"
-            << "  head_dim             = " << c.head_dim << "\n"
+        if (c.attention == AttentionKind::gda) {
+            out << "  checkpoint family    = " << to_string(v.family) << " (grouped: its "
+                << c.num_attention_heads + c.attention_config().n_noise_heads() << " query heads, "
+                << 2 * c.kv_heads() << " kv heads)\n";
+        } else {
+            out << "  checkpoint family    = " << to_string(v.family) << " (a pair of its " << 2 * c.num_attention_heads
+                << " query heads per head, " << 2 * c.kv_heads() << " kv heads)\n";
+        }
+        out << "  head_dim             = " << c.head_dim << "\n"
             << "  rotary               = " << to_string(v.rotary_style);
         if (v.rope_scaling.enabled()) {
             out << ", llama3 scaling (factor " << v.rope_scaling.factor << ", low_freq_factor "

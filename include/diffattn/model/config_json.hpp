@@ -2,7 +2,7 @@
 //
 //  - a missing key (or a JSON null) takes its docs/math.md §5 default; keys without one (attention,
 //    hidden_size, num_attention_heads, num_hidden_layers, intermediate_size, vocab_size, and
-//    shared_diff_rank / head_dim for the kinds that use them) are required;
+//    shared_diff_rank / head_dim / gda_group_ratio for the kinds that need them) are required;
 //  - a value of the wrong type or out of range is a ConfigError naming the key and the value;
 //  - an unknown key, or a key the chosen attention kind does not use, is a warning (the model
 //    still loads), reported to a caller-supplied vector or stream;
@@ -39,7 +39,7 @@ inline const std::vector<const char*>& known_config_keys() {
         "attention",         "hidden_size",   "num_attention_heads", "num_key_value_heads",
         "num_hidden_layers", "intermediate_size", "vocab_size",      "rms_norm_eps",
         "rope_theta",        "tie_word_embeddings", "dint_integral", "shared_diff_rank",
-        "diff_gqa_pairing",  "head_dim",      "causal"};
+        "diff_gqa_pairing",  "head_dim",      "causal",        "gda_group_ratio"};
     return keys;
 }
 
@@ -54,7 +54,7 @@ inline ModelConfig model_config_from_json(const nlohmann::json& json, std::vecto
     const detail::ConfigReader read(json, source);
     ModelConfig c;
     c.attention = read.choice<AttentionKind>("attention", parse_attention_kind,
-                                             "softmax, diff, dint, shared_diff, diff_v2", true, c.attention);
+                                             "softmax, diff, dint, shared_diff, diff_v2, gda", true, c.attention);
     c.hidden_size = read.integer("hidden_size", 1, true, 0);
     c.num_attention_heads = read.integer("num_attention_heads", 1, true, 0);
     c.num_key_value_heads = read.integer("num_key_value_heads", 1, false, c.num_attention_heads);
@@ -71,8 +71,10 @@ inline ModelConfig model_config_from_json(const nlohmann::json& json, std::vecto
                                                      "per_head, per_subhead", false, c.diff_gqa_pairing);
     const bool shared = c.attention == AttentionKind::shared_diff;
     const bool v2 = c.attention == AttentionKind::diff_v2;
+    const bool gda = c.attention == AttentionKind::gda;
     c.shared_diff_rank = read.integer("shared_diff_rank", 1, shared, 0);
-    c.head_dim = read.integer("head_dim", 1, v2, 0);
+    c.head_dim = read.integer("head_dim", 1, v2, 0);  // gda: optional, 0 takes D / H / 2
+    c.gda_group_ratio = read.integer("gda_group_ratio", 1, gda, 0);
 
     if (warnings != nullptr) {
         for (const auto& item : json.items()) {
@@ -88,7 +90,8 @@ inline ModelConfig model_config_from_json(const nlohmann::json& json, std::vecto
         };
         unused("dint_integral", c.attention == AttentionKind::dint, "dint");
         unused("shared_diff_rank", shared, "shared_diff");
-        unused("head_dim", v2, "diff_v2");
+        unused("head_dim", v2 || gda, "diff_v2 and gda");
+        unused("gda_group_ratio", gda, "gda");
         unused("diff_gqa_pairing", c.attention == AttentionKind::diff || c.attention == AttentionKind::dint,
                "diff and dint");
     }
@@ -166,7 +169,9 @@ inline nlohmann::ordered_json model_config_to_json(const ModelConfig& c) {
     if (c.attention == AttentionKind::diff || c.attention == AttentionKind::dint)
         j["diff_gqa_pairing"] = to_string(c.diff_gqa_pairing);
     if (c.attention == AttentionKind::shared_diff) j["shared_diff_rank"] = c.shared_diff_rank;
-    if (c.attention == AttentionKind::diff_v2) j["head_dim"] = c.head_dim;
+    if (c.attention == AttentionKind::diff_v2 || (c.attention == AttentionKind::gda && c.head_dim > 0))
+        j["head_dim"] = c.head_dim;
+    if (c.attention == AttentionKind::gda) j["gda_group_ratio"] = c.gda_group_ratio;
     return j;
 }
 

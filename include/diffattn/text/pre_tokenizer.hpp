@@ -36,9 +36,12 @@ struct PreTokenizerStep {
     /// Split(Regex `oniguruma_pattern`, Isolated). ConfigError naming `source` for a pattern that
     /// does not translate or compile, or that can match the empty string.
     static PreTokenizerStep split(std::string_view oniguruma_pattern, const std::string& source) {
-        auto regex = std::make_shared<const Pcre2Regex>(pcre2_pattern_from_oniguruma(oniguruma_pattern, source), source);
-        require<ConfigError>(!regex->can_match_empty(), source,
-                             ": the regex can match the empty string, which diffattn does not support; pattern: ",
+        const TranslatedPattern translated = translate_oniguruma_pattern(oniguruma_pattern, source);
+        auto regex = std::make_shared<const Pcre2Regex>(translated.pcre2, source);
+        // PCRE2's bound on a match's length counts a lookaround's text (`(?=a)|b`): the consuming
+        // part, each lookaround an empty group, bounds it truly (oniguruma_pattern.hpp).
+        require<ConfigError>(!regex->can_match_empty() && !Pcre2Regex(translated.consuming, source).can_match_empty(),
+                             source, ": the regex can match the empty string, which diffattn does not support; pattern: ",
                              oniguruma_pattern);
         PreTokenizerStep step;
         step.regex = std::move(regex);

@@ -52,17 +52,9 @@ public:
         Tokenizer tokenizer = from_json_text(text, source);
         const fs::path config_file = file.parent_path() / "tokenizer_config.json";
         // Only a missing file is optional: one present but unreadable (a dangling link) would drop its bos / eos.
-        const fs::file_status config_status = fs::symlink_status(config_file, error);
-        if (config_status.type() != fs::file_type::not_found) {
-            const std::string config_source =
-                diffattn::detail::concat("tokenizer_config.json \"", config_file.string(), "\"");
-            require<FileError>(config_status.type() != fs::file_type::none, config_source,
-                               ": cannot access it: ", error.message());
-            if (fs::is_symlink(config_status) && fs::status(config_file, error).type() == fs::file_type::not_found) {
-                const fs::path target = fs::read_symlink(config_file, error);
-                throw FileError(diffattn::detail::concat(config_source, ": it is a symbolic link to \"",
-                                                         target.string(), "\", which does not exist"));
-            }
+        const std::string config_source =
+            diffattn::detail::concat("tokenizer_config.json \"", config_file.string(), "\"");
+        if (diffattn::detail::optional_file_present(config_file, config_source)) {
             const std::string config_text = diffattn::detail::read_text_file(
                 config_file, config_source, max_tokenizer_config_json_bytes, "a tokenizer_config.json");
             tokenizer.set_bos_eos(
