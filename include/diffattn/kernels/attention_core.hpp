@@ -133,9 +133,10 @@ void fold_tile(Logits& logits, const Mask& mask, Index q_begin, Index b_offset, 
     auto probabilities = (packed != nullptr ? scratch.logits : scratch.few_rows_logits).topLeftCorner(b_rows, b_keys);
     logits(b_begin, q_begin, k_begin, probabilities, packed, scratch.key_tile);
     const bool masked = k_begin + b_keys > block_unmasked_end(mask, b_begin);
-    const Index min_visible = state.fold(b_offset, probabilities, masked, [&](Index r) {
-        return visible_keys_in_tile(mask, b_begin + r, k_begin, b_keys);
-    });
+    const Index min_visible = state.fold(
+        b_offset, probabilities, masked,
+        [&](Index r) { return visible_keys_in_tile(mask, b_begin + r, k_begin, b_keys); },
+        packed != nullptr && packed->rounds_probabilities_in_fold());
     // acc += P V. Masked probabilities are exact zeros, so one product over the whole tile is
     // exact unless a value row hidden from some query holds Inf/NaN (0 * NaN = NaN would leak
     // into a row that must not depend on it): then each row multiplies only its visible prefix.

@@ -32,6 +32,27 @@ inline float bf16_value(std::uint16_t bits) {
 /// x rounded to the nearest BF16 value, as a float.
 inline float round_to_bf16(float x) { return bf16_value(bf16_bits(x)); }
 
+/// A packet of probabilities (floats in [0, 2^112), or NaN) rounded to BF16 as round_to_bf16 rounds
+/// them, in Eigen's packet operations of the TU's ISA: OnlineSoftmaxState::fold rounds the
+/// probabilities it writes with it. For x in [2^E, 2^(E+1)), c = 2^(E+16) has a last bit of 2^(E-7),
+/// BF16's spacing there, so x + c rounds x to nearest even on that spacing and (x + c) - c is exact:
+/// five operations instead of the integer rounding's nine. A NaN stays NaN. Packets of one lane
+/// take the scalar function.
+template <typename Packet>
+EIGEN_STRONG_INLINE Packet round_probabilities_to_bf16(const Packet& x) {
+    namespace ei = Eigen::internal;
+    if constexpr (ei::unpacket_traits<Packet>::size == 1) {
+        return Packet(round_to_bf16(x));
+    } else {
+        using Bits = typename ei::unpacket_traits<Packet>::integer_packet;
+        const Bits exponent = ei::pand(ei::preinterpret<Bits>(x), ei::pset1<Bits>(0x7f800000));
+        // Denormals are spaced as the smallest normals (E = -126): c at least 2^-110.
+        const Packet c = ei::pmax(ei::preinterpret<Packet>(ei::padd(exponent, ei::pset1<Bits>(16 << 23))),
+                                  ei::pset1<Packet>(0x1p-110f));
+        return ei::psub(ei::padd(x, c), c);
+    }
+}
+
 /// p[0, n) rounded to BF16 in place. Vectors of 16 lanes in GCC's and Clang's vector extensions,
 /// which compile to the TU's own ISA at any optimisation level (at -O2 GCC 12 leaves the plain loop
 /// scalar: eight instructions a float, on a tile of probabilities per block and key tile).

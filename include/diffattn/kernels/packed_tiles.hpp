@@ -207,7 +207,8 @@ struct PackedTiles {
     }
 
     /// acc [rows x value_dim] += probabilities [rows x keys] (the packed values, their first `keys`
-    /// rows); `tile_keys`: the rows the values were packed with (>= keys).
+    /// rows); `tile_keys`: the rows the values were packed with (>= keys). bf16_widened: the
+    /// probabilities are rounded already (rounds_probabilities_in_fold).
     template <typename Acc, typename Probabilities>
     void accumulate(Acc&& acc, const Probabilities& p, Index tile_keys) {
         const Index keys = p.cols();
@@ -225,10 +226,13 @@ struct PackedTiles {
             (void)tile_keys;
             return;
         }
-        Product::pack_rows_as_rhs(probabilities.data(), p);
-        if (path == ProductPath::bf16_widened) round_in_place(probabilities.data(), p.size());
+        Product::pack_rows_as_rhs(probabilities.data(), p);  // bf16_widened: rounded by the fold
         Product::multiply_transposed(acc, values.data(), tile_keys, probabilities.data(), keys, T(1));
     }
+
+    /// Whether the fold writes the probabilities rounded to BF16 (bf16_widened: P's rounding, in
+    /// registers rather than as a pass over the packed tile).
+    bool rounds_probabilities_in_fold() const { return std::is_same_v<T, float> && path == ProductPath::bf16_widened; }
 
     /// Whether acc += P V over a prefix of `keys` of a tile of `tile_keys` packed values reads a value
     /// row past the prefix: bf16_dot multiplies pairs of rows, so an odd prefix reads its partner
@@ -238,9 +242,15 @@ struct PackedTiles {
 private:
     bool dot() const { return std::is_same_v<T, float> && path == ProductPath::bf16_dot; }
     static Index words(Index n) { return (n + 1) / 2; }
-    /// A packing's entries rounded to BF16 (the widened path; float kernels only).
+    /// A packing's entries rounded to BF16 (the widened path; float kernels only): by
+    /// vcvtne2ps2bf16 where the CPU has it (a third of the instructions), else portably.
     static void round_in_place(T* p, Index n) {
-        if constexpr (std::is_same_v<T, float>) detail::round_to_bf16_in_place(p, n);
+        if constexpr (std::is_same_v<T, float>) {
+#if defined(DIFFATTN_X86_TARGETS)
+            if (bf16_dot_available()) return detail::bf16_dot::round_in_place(p, n);
+#endif
+            detail::round_to_bf16_in_place(p, n);
+        }
         (void)p, (void)n;
     }
     static Index columns(Index n) { return (n + 15) / 16 * 16; }
