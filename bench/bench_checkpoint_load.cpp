@@ -1,7 +1,14 @@
-// Loading a released checkpoint as the Hub ships it: a synthetic ~1B-parameter DiffLlama,
-// sharded BF16 (docs/checkpoints.md), read into a float model by DecoderModel<float>::load
+// Loading a released checkpoint as the Hub ships it: a synthetic ~1B-parameter DiffLlama and a
+// Motif-2.6B-shape checkpoint, sharded BF16 (docs/checkpoints.md), read by DecoderModel<float>::load
 // (mapped shards, every name and shape checked first, then tensor-by-tensor conversion).
 //
+//   load_checkpoint/motif_2p6b_bf16_sharded/weights:<F>   the Motif-2.6B shape (hidden 2048, 32
+//     layers, 16 heads, intermediate 8192, vocabulary 219520, tied: 2.6e9 parameters) stored in
+//     weight format F (f32, bf16, q8_0, q4_0; LoadOptions); counters
+//     stored_GB          DecoderModel::stored_bytes(): the weights in their formats
+//     peak_rss_GB        the growth of the peak resident set during the load
+//     peak_over_stored   peak_rss_GB / stored_GB (1: the load holds the stored model and nothing else)
+//     seconds            wall time of the load
 //   load_checkpoint/diffllama_1b_bf16_sharded   one load per iteration; counters
 //     seconds            wall time of DecoderModel<float>::load (config, index, mapping, checks,
 //                        allocation, conversion; the halves pairing reorders q/k/v rows)
@@ -43,19 +50,32 @@ namespace {
 namespace fs = std::filesystem;
 using diffattn::Index;
 
-/// A synthetic sharded BF16 DiffLlama checkpoint in a temporary directory, removed on destruction.
-class SyntheticCheckpoint {
-public:
-    explicit SyntheticCheckpoint(std::uint64_t shard_bytes = std::uint64_t(1) << 29) {
-        dir_ = fs::temp_directory_path() / ("diffattn_bench_checkpoint_" + std::to_string(::getpid()));
-        fs::remove_all(dir_);
-        fs::create_directories(dir_);
-        const nlohmann::json config = {
-            {"architectures", {"DiffLlamaForCausalLM"}}, {"model_type", "diffllama"},
+/// The config.json of the 1B DiffLlama.
+nlohmann::json diffllama_1b() {
+    return {{"architectures", {"DiffLlamaForCausalLM"}}, {"model_type", "diffllama"},
             {"hidden_size", 2048}, {"num_attention_heads", 32}, {"num_key_value_heads", 8},
             {"head_dim", 64}, {"num_hidden_layers", 20}, {"intermediate_size", 5632},
             {"vocab_size", 32000}, {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0},
             {"max_position_embeddings", 4096}, {"tie_word_embeddings", false}, {"torch_dtype", "bfloat16"}};
+}
+
+/// The config.json of a Motif-2.6B-shape checkpoint (shared/peers/llama_cpp's shape).
+nlohmann::json motif_2p6b() {
+    return {{"architectures", {"MotifForCausalLM"}}, {"model_type", "Motif"},
+            {"hidden_size", 2048}, {"num_attention_heads", 16}, {"num_key_value_heads", 16},
+            {"num_hidden_layers", 32}, {"intermediate_size", 8192}, {"vocab_size", 219520},
+            {"hidden_act", "poly_norm"}, {"rms_norm_eps", 1e-6}, {"attn_rms_norm_eps", 1e-5},
+            {"rope_theta", 500000.0}, {"max_position_embeddings", 16384}, {"tie_word_embeddings", true},
+            {"torch_dtype", "bfloat16"}};
+}
+
+/// A synthetic sharded BF16 checkpoint of `config` in a temporary directory, removed on destruction.
+class SyntheticCheckpoint {
+public:
+    explicit SyntheticCheckpoint(const nlohmann::json& config, std::uint64_t shard_bytes = std::uint64_t(1) << 29) {
+        dir_ = fs::temp_directory_path() / ("diffattn_bench_checkpoint_" + std::to_string(::getpid()));
+        fs::remove_all(dir_);
+        fs::create_directories(dir_);
         std::ofstream(dir_ / "config.json") << config.dump(2);
         // The tensors of the model, in order, cut into shards of about shard_bytes.
         const diffattn::ModelConfig model_config = diffattn::read_checkpoint_config(dir_ / "config.json");
@@ -140,7 +160,7 @@ bool reset_peak_rss() {
 }
 
 void load_checkpoint(benchmark::State& state) {
-    const SyntheticCheckpoint checkpoint;
+    const SyntheticCheckpoint checkpoint(diffllama_1b());
     const double model_bytes = static_cast<double>(checkpoint.parameters()) * sizeof(float);
     double seconds = 0, peak_over_model = 0;
     for (auto _ : state) {
@@ -150,7 +170,7 @@ void load_checkpoint(benchmark::State& state) {
         {
             const diffattn::DecoderModel<float> model = diffattn::DecoderModel<float>::load(checkpoint.dir());
             seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-            benchmark::DoNotOptimize(model.embed_tokens.data());
+            benchmark::DoNotOptimize(model.embed_tokens.stored_row(0));
             peak_over_model = std::max(peak_over_model, (status_bytes("VmHWM") - before) / model_bytes);
         }
         if (!reset) state.SkipWithError("/proc/self/clear_refs not writable: peak RSS of later iterations unknown");
@@ -161,6 +181,39 @@ void load_checkpoint(benchmark::State& state) {
     state.counters["parameters"] = static_cast<double>(checkpoint.parameters());
     state.counters["peak_rss_over_model"] = peak_over_model;
 }
+
+/// load_checkpoint/motif_2p6b_bf16_sharded/weights:<F> (the file comment).
+void load_in_format(benchmark::State& state, diffattn::WeightFormat format) {
+    static const SyntheticCheckpoint checkpoint(motif_2p6b());
+    double seconds = 0, peak = 0, stored = 0;
+    for (auto _ : state) {
+        const bool reset = reset_peak_rss();
+        const double before = reset ? status_bytes("VmRSS") : status_bytes("VmHWM");
+        const auto start = std::chrono::steady_clock::now();
+        {
+            const diffattn::DecoderModel<float> model =
+                diffattn::DecoderModel<float>::load(checkpoint.dir(), diffattn::LoadOptions{format});
+            seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            stored = model.stored_bytes();
+            peak = std::max(peak, status_bytes("VmHWM") - before);
+        }
+        if (!reset) state.SkipWithError("/proc/self/clear_refs not writable: peak RSS of later iterations unknown");
+    }
+    state.counters["seconds"] = seconds / static_cast<double>(state.iterations());
+    state.counters["stored_GB"] = stored / 1e9;
+    state.counters["peak_rss_GB"] = peak / 1e9;
+    state.counters["peak_over_stored"] = peak / stored;
+    state.counters["file_GB"] = static_cast<double>(checkpoint.file_bytes()) / 1e9;
+}
+
+BENCHMARK_CAPTURE(load_in_format, f32, diffattn::WeightFormat::f32)
+    ->Name("load_checkpoint/motif_2p6b_bf16_sharded/weights:f32")->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+BENCHMARK_CAPTURE(load_in_format, bf16, diffattn::WeightFormat::bf16)
+    ->Name("load_checkpoint/motif_2p6b_bf16_sharded/weights:bf16")->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+BENCHMARK_CAPTURE(load_in_format, q8_0, diffattn::WeightFormat::q8_0)
+    ->Name("load_checkpoint/motif_2p6b_bf16_sharded/weights:q8_0")->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+BENCHMARK_CAPTURE(load_in_format, q4_0, diffattn::WeightFormat::q4_0)
+    ->Name("load_checkpoint/motif_2p6b_bf16_sharded/weights:q4_0")->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
 
 BENCHMARK(load_checkpoint)
     ->Name("load_checkpoint/diffllama_1b_bf16_sharded")

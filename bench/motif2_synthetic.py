@@ -104,9 +104,12 @@ def encoded(x, dtype):
     """The bytes of float32 values `x` stored as dtype: F32 as is, BF16 rounded to nearest even."""
     if dtype == "F32":
         return x.astype("<f4").tobytes()
-    bits = x.astype("<f4").view("<u4")
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    return rounded.astype("<u2").tobytes()
+    out = np.empty(len(x), dtype="<u2")
+    step = 1 << 24
+    for begin in range(0, len(x), step):  # in pieces: the embedding's temporaries stay small
+        bits = x[begin:begin + step].astype("<f4").view("<u4")
+        out[begin:begin + len(bits)] = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return out.tobytes()
 
 
 def write_shard(path, tensors):

@@ -48,12 +48,13 @@ struct Options {
     int threads = 1;
     unsigned seed = 1;
     bool compare = false, verify = false;
+    std::optional<WeightFormat> weights;  // --weights (LoadOptions::weights)
 };
 
 void print_help(std::ostream& out) {
     out << "usage: diffattn-batched-generation [--model DIR] [--batch B] [--requests R] [--new-tokens G]\n"
            "                                   [--min-prompt P] [--max-prompt Q] [--threads T] [--seed S]\n"
-           "                                   [--compare] [--verify]\n"
+           "                                   [--compare] [--verify] [--weights f32|bf16|q8_0|q4_0]\n"
            "Simulates R requests served with continuous batching: up to B in flight, each joining when a\n"
            "slot frees (its prompt prefilled), one forward_batch step per token for all in flight.\n"
            "  --model DIR      model directory (default: a seeded 98M-parameter DIFF model)\n"
@@ -64,7 +65,9 @@ void print_help(std::ostream& out) {
            "  --threads T      threads (OpenMP builds; default 1)\n"
            "  --seed S         seed of the prompts (default 1)\n"
            "  --compare        also serve the requests one at a time and print the speed-up\n"
-           "  --verify         also generate each request alone; exit 1 unless the ids agree\n";
+           "  --verify         also generate each request alone; exit 1 unless the ids agree\n"
+           "  --weights F      store every 2-D weight as f32, bf16, q8_0 or q4_0 (default: as the\n"
+           "                   directory stores them; f32 for the seeded model)\n";
 }
 
 Options parse(int argc, char** argv) {
@@ -72,7 +75,13 @@ Options parse(int argc, char** argv) {
     cli::Flags flags(argc, argv, print_help);
     while (flags.next()) {
         const std::string& flag = flags.flag();
-        if (flag == "--model") {
+        if (flag == "--weights") {
+            try {
+                o.weights = parse_weight_format(flags.value(), "--weights");
+            } catch (const OptionError& e) {
+                throw cli::UsageError{e.what()};
+            }
+        } else if (flag == "--model") {
             o.model_dir = flags.value();
         } else if (flag == "--batch") {
             o.batch = cli::parse_integer(flag, flags.value(), 1, 4096);
@@ -231,7 +240,8 @@ void report(const char* name, const Run& run, const std::vector<Request>& reques
 int run_program(const Options& o) {
     std::vector<std::string> warnings;
     const DecoderModel<float> model =
-        o.model_dir ? DecoderModel<float>::load(*o.model_dir, &warnings) : DecoderModel<float>::seeded(seeded_config(), 2024);
+        o.model_dir ? DecoderModel<float>::load(*o.model_dir, LoadOptions{o.weights}, &warnings)
+                    : DecoderModel<float>::seeded(seeded_config(), 2024, o.weights.value_or(WeightFormat::f32));
     for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
     const Index vocab = model.config().vocab_size;
     std::mt19937 rng(o.seed);

@@ -10,6 +10,8 @@
 //   diffattn-forward --threads 4               attention heads on 4 threads (OpenMP builds)
 //   diffattn-forward --precision double        compute in double instead of float
 //   diffattn-forward --compute bf16            the heads' prefill products on BF16 operands (docs/math.md §7.1)
+//   diffattn-forward --weights q8_0            store every 2-D weight as bf16, q8_0 or q4_0 (f32:
+//                                              the model's scalar; default: as DIR stores them)
 //   diffattn-forward --generate 16             greedy continuation by 16 tokens with a KV cache,
 //                                              printed as one line "generated: <id> <id> ...";
 //                                              stops early at the model's end-of-sequence ids
@@ -112,6 +114,7 @@ struct Options {
     bool use_cache = true;              // --no-cache: full recompute at every generation step
     KvPrecision kv_cache = KvPrecision::f32;  // --kv-cache f32|f16|bf16: the cache's stored scalar
     Compute compute = Compute::scalar;        // --compute f32|bf16: the prefill's attention products
+    std::optional<WeightFormat> weights;      // --weights f32|bf16|q8_0|q4_0 (LoadOptions::weights)
     SamplingOptions sampling;           // --temperature, --top-k, --top-p, --seed (greedy by default)
     std::vector<std::string> sampling_flags;  // the sampling flags given, for the checks
 };
@@ -120,6 +123,7 @@ void print_help(std::ostream& out) {
     out << "usage: diffattn-forward [--model DIR] [--tokens \"ID ID ...\" | --prompt TEXT [--tokenize]]\n"
            "                        [--logits FILE] [--threads T] [--precision float|double]\n"
            "                        [--compute f32|bf16]\n"
+           "                        [--weights f32|bf16|q8_0|q4_0]\n"
            "                        [--generate K [--no-cache | --kv-cache f32|f16|bf16]\n"
            "                        [--temperature X [--top-k K]\n"
            "                        [--top-p P] [--seed S]]] [--help]\n"
@@ -153,6 +157,11 @@ void print_help(std::ostream& out) {
            "                     bf16 (Q, K, probabilities and V rounded to 8 significant bits,\n"
            "                     fp32 sums: docs/math.md §7.1; --precision float only). Prints\n"
            "                     which products this CPU runs.\n"
+           "  --weights F        store every 2-D weight (projections, embeddings, output head) as\n"
+           "                     f32 (the --precision scalar), bf16, q8_0 or q4_0 (llama.cpp's\n"
+           "                     blocks; docs/model.md, \"Weight formats\"). Default: as the\n"
+           "                     directory stores them (f32 for float checkpoints, the format a\n"
+           "                     diffattn-quantize directory was written in).\n"
            "  --generate K       continue the tokens greedily by K tokens (the argmax of each\n"
            "                     step's last logits row; a NaN logit never wins over a\n"
            "                     number) and print them as one line\n"
@@ -222,6 +231,12 @@ Options parse_arguments(int argc, char** argv) {
                 options.kv_cache = KvPrecision::bf16;
             } else {
                 throw UsageError{"--kv-cache must be f32, f16 or bf16, got \"" + p + "\""};
+            }
+        } else if (flag == "--weights") {
+            try {
+                options.weights = parse_weight_format(value(), "--weights");
+            } catch (const OptionError& e) {
+                throw UsageError{e.what()};
             }
         } else if (flag == "--prompt") {
             options.prompt = value();
@@ -407,8 +422,9 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
     // 1. The model.
     std::vector<std::string> warnings;
     const auto load_start = std::chrono::steady_clock::now();
-    const DecoderModel<T> model = options.model_dir ? DecoderModel<T>::load(*options.model_dir, &warnings)
-                                                    : DecoderModel<T>::seeded(demo_config(), kDemoSeed);
+    const DecoderModel<T> model =
+        options.model_dir ? DecoderModel<T>::load(*options.model_dir, LoadOptions{options.weights}, &warnings)
+                          : DecoderModel<T>::seeded(demo_config(), kDemoSeed, options.weights.value_or(WeightFormat::f32));
     const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
     for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
     const ModelConfig& config = model.config();
@@ -467,6 +483,8 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
     std::cout << "model: " << (options.model_dir ? *options.model_dir : std::string("embedded demo model (seed 1234)"))
               << "\n"
               << config << "parameters: " << model.parameter_count() << "\n"
+              << "weights: " << to_string(model.weight_format()) << ", " << std::fixed << std::setprecision(1)
+              << model.stored_bytes() / 1e6 << " MB stored\n" << std::defaultfloat
               << "precision: " << (std::is_same_v<T, double> ? "double" : "float") << "\n"
               << "vector ISA: " << diffattn::compiled_isa() << "\n"
               << std::fixed << std::setprecision(1) << "load: " << load_seconds * 1e3 << " ms\n"

@@ -153,7 +153,7 @@ def bad_files() -> dict:
     files["dtype_unknown.safetensors"] = single(dtype="F17")
     files["dtype_lowercase.safetensors"] = single(dtype="f32")
     files["dtype_unsupported_i32.safetensors"] = single(dtype="I32")
-    files["dtype_unsupported_u8.safetensors"] = single(dtype="U8", shape=(8,))
+    files["dtype_u8_outside_quantized.safetensors"] = single(dtype="U8", shape=(8,))  # no diffattn.weights metadata
     files["dtype_not_string.safetensors"] = single(dtype=4)
     files["shape_not_array.safetensors"] = single(shape=2)
     files["shape_negative.safetensors"] = container('{"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}}',

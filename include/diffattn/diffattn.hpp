@@ -9,10 +9,14 @@
 #include "diffattn/core/checks.hpp"
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/isa.hpp"
+#include "diffattn/core/linear_weight.hpp"
 #include "diffattn/core/memory_limit.hpp"
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/core/weight_blocks.hpp"
+#include "diffattn/core/weight_format.hpp"
 #include "diffattn/core/weight_matrix.hpp"
+#include "diffattn/core/weight_panels.hpp"
 
 // kernels: single-head attention (docs/math.md §1-2), its scratch memory (AttentionWorkspace) and the plain
 // reference
@@ -38,6 +42,7 @@
 #include "diffattn/io/mapped_file.hpp"
 #include "diffattn/io/safetensors.hpp"
 #include "diffattn/io/safetensors_checkpoint.hpp"
+#include "diffattn/io/safetensors_stream_writer.hpp"
 
 // layers: RMSNorm, SwiGLU, rotary, lambda, multi-head attention modules (docs/math.md §3-4)
 #include "diffattn/layers/attention_config.hpp"
@@ -55,6 +60,7 @@
 #include "diffattn/layers/rms_norm.hpp"
 #include "diffattn/layers/rotary.hpp"
 #include "diffattn/layers/shared_diff.hpp"
+#include "diffattn/layers/stored_weight_dots.hpp"
 #include "diffattn/layers/swiglu.hpp"
 
 // model: config, decoder layer, decoder model (docs/math.md §4-5), KV cache, logit
@@ -68,7 +74,9 @@
 #include "diffattn/model/generate.hpp"
 #include "diffattn/model/generation_config.hpp"
 #include "diffattn/model/kv_cache.hpp"
+#include "diffattn/model/load_options.hpp"
 #include "diffattn/model/logit_ranking.hpp"
+#include "diffattn/model/quantized_checkpoint.hpp"
 #include "diffattn/model/released_config_reader.hpp"
 #include "diffattn/model/sampler.hpp"
 

@@ -78,7 +78,7 @@ template <typename T>
 std::vector<naive::Mat> layer_inputs(const DecoderModel<T>& model, const std::vector<Token>& tokens) {
     const Index n = static_cast<Index>(tokens.size());
     RowMatrix<T> x(n, model.config().hidden_size), normed(n, model.config().hidden_size);
-    for (Index i = 0; i < n; ++i) x.row(i) = model.embed_tokens.row(tokens[static_cast<std::size_t>(i)]);
+    for (Index i = 0; i < n; ++i) x.row(i) = model.embed_tokens.dense().row(tokens[static_cast<std::size_t>(i)]);
     LayerScratch<T> scratch(model.config(), n, 1);
     std::vector<naive::Mat> inputs;
     for (const DecoderLayer<T>& layer : model.layers) {

@@ -18,6 +18,7 @@
 #include "diffattn/model/generate.hpp"
 #include "diffattn/model/generation_config.hpp"
 #include "diffattn/model/logit_ranking.hpp"
+#include "diffattn/model/quantized_checkpoint.hpp"
 #include "diffattn/model/sampler.hpp"
 #include "diffattn/text/tokenizer.hpp"
 
@@ -777,7 +778,7 @@ TEST_CASE("NaN or Inf in weights", "[catalogue][nan]") {
         DecoderModel<float> model = DecoderModel<float>::seeded(tiny(kind), 4);
         const std::vector<Token> tokens = {3, 9, 1, 7, 20, 9, 4};
         const RowMatrix<float> clean = model.logits(tokens);
-        model.embed_tokens(7, 2) = std::numeric_limits<float>::quiet_NaN();
+        model.embed_tokens.dense()(7, 2) = std::numeric_limits<float>::quiet_NaN();
         const RowMatrix<float> logits = model.logits(tokens);
         for (Index row = 0; row < 3; ++row) {
             CHECK(row_finite(logits, row));  // equal up to rounding (the kernels may take another summation path)
@@ -787,7 +788,7 @@ TEST_CASE("NaN or Inf in weights", "[catalogue][nan]") {
     }
     // An Inf in lm_head row v: the logit of token v is +-Inf or NaN in every row, the others are finite.
     DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 4);
-    model.lm_head(5, 0) = std::numeric_limits<float>::infinity();
+    model.lm_head.dense()(5, 0) = std::numeric_limits<float>::infinity();
     const RowMatrix<float> logits = model.logits({1, 2, 3});
     CHECK_FALSE(logits.col(5).allFinite());
     CHECK(logits.leftCols(5).allFinite());
@@ -818,7 +819,7 @@ TEST_CASE("NaN logits in a ranking or greedy generation", "[catalogue][nan]") {
     CHECK(argmax_token(Vector<float>::Constant(3, nan)) == 0);
     // Greedy generation never picks a NaN logit while a number is there.
     DecoderModel<float> model = DecoderModel<float>::seeded(tiny(AttentionKind::diff), 4);
-    for (Index v = 0; v < 32; v += 2) model.lm_head.row(v).setConstant(nan);
+    for (Index v = 0; v < 32; v += 2) model.lm_head.dense().row(v).setConstant(nan);
     for (Token id : generate(model, {1, 2, 3}, 6)) CHECK(id % 2 == 1);
 }
 
@@ -1269,4 +1270,111 @@ TEST_CASE("half-precision cache read as float", "[catalogue][kv_cache]") {
     model.forward({1, 2}, state, &half);
     CHECK_ERROR(OptionError, half.keys(0), "KvCache::keys: the cache stores its keys and values as f16");
     CHECK(half.stored_keys<Eigen::half>(0).rows() == 2);
+}
+
+namespace {
+
+/// A seeded diff model whose every weight's rows are whole blocks but SwiGLU's (hidden 64), with
+/// its f32 checkpoint written to `dir`.
+DecoderModel<float> write_blocked_checkpoint(const fs::path& dir) {
+    ModelConfig config = test::small_config(AttentionKind::diff);
+    config.hidden_size = 64;
+    DecoderModel<float> model = DecoderModel<float>::seeded(config, 3);
+    fs::create_directories(dir);
+    model_test::write_model_dir(dir, config, model_test::tensors_of(model));
+    return model;
+}
+
+}  // namespace
+
+TEST_CASE("unknown weight format", "[catalogue][weights]") {
+    CHECK_ERROR(OptionError, parse_weight_format("q5_k", "--weights"),
+                "--weights must be one of f32, bf16, q8_0, q4_0, got \"q5_k\"");
+}
+
+TEST_CASE("weight a block format cannot hold", "[catalogue][weights]") {
+    model_test::TempDir dir;
+    DecoderModel<float> model = write_blocked_checkpoint(dir.path() / "in");
+    model_test::TensorSet tensors = model_test::tensors_of(model);
+    tensors.data["model.layers.1.self_attn.k_proj.weight"][64 * 3 + 10] = std::numeric_limits<float>::quiet_NaN();
+    model_test::write_model_dir(dir.path() / "in", model.config(), tensors);
+    CHECK_ERROR(FileError, DecoderModel<float>::load(dir.path() / "in", LoadOptions{WeightFormat::q8_0}),
+                "model.safetensors", "tensor \"model.layers.1.self_attn.k_proj.weight\"",
+                "weight [3, 10] = nan cannot be stored as q8_0", "65504");
+    CHECK_ERROR(FileError, write_quantized_checkpoint(dir.path() / "in", dir.path() / "out", WeightFormat::q4_0),
+                "weight [3, 10] = nan cannot be stored as q4_0");
+    CHECK_FALSE(fs::exists(dir.path() / "out"));
+    LinearWeight<float> w(1, 32, WeightFormat::q4_0);
+    RowMatrix<float> big = RowMatrix<float>::Zero(1, 32);
+    big(0, 7) = 6e5f;
+    CHECK_ERROR(OptionError, w = big, "weight [0, 7] = 600000 cannot be stored as q4_0", "65504");
+    LinearWeight<float> b(1, 32, WeightFormat::bf16);
+    big(0, 7) = 3.4e38f;
+    CHECK_ERROR(OptionError, b = big, "weight [0, 7]", "cannot be stored as bf16 (it would round to infinity)");
+    CHECK_NOTHROW(DecoderModel<float>::load(dir.path() / "in", LoadOptions{WeightFormat::bf16}));  // keeps the NaN
+}
+
+TEST_CASE("weight whose rows are not whole blocks", "[catalogue][weights]") {
+    model_test::TempDir dir;
+    write_blocked_checkpoint(dir.path());
+    std::vector<std::string> warnings;
+    const DecoderModel<float> model = DecoderModel<float>::load(dir.path(), LoadOptions{WeightFormat::q8_0}, &warnings);
+    CHECK(model.layers[0].mlp.down_proj.format() == WeightFormat::f32);
+    CHECK(model.layers[0].mlp.up_proj.format() == WeightFormat::q8_0);
+    REQUIRE_FALSE(warnings.empty());
+    check_words(warnings.front(), {"tensor \"model.layers.0.mlp.down_proj.weight\": its rows of 48 weights are not "
+                                   "whole 32-weight blocks of q8_0; stored as f32"});
+    CHECK_ERROR(ShapeError, LinearWeight<float>(2, 48, WeightFormat::q4_0),
+                "rows of 48 weights are not whole 32-weight blocks of q4_0");
+}
+
+TEST_CASE("block tensor that does not hold its weight", "[catalogue][weights][files]") {
+    model_test::TempDir dir;
+    const auto write = [&](const char* name, std::vector<Index> shape, bool quantized) {
+        StreamedTensor tensor;
+        tensor.name = "w";
+        tensor.dtype = SafetensorsDtype::u8;
+        tensor.shape = shape;
+        tensor.write = [shape](TensorByteSink& sink) {
+            Index bytes = 1;
+            for (Index d : shape) bytes *= d;
+            const std::vector<unsigned char> zeros(static_cast<std::size_t>(bytes));
+            sink.write(zeros.data(), zeros.size());
+        };
+        std::map<std::string, std::string> metadata;
+        if (quantized) metadata[kQuantizedWeightsKey] = "q8_0";
+        write_safetensors_streamed(dir.path() / name, {tensor}, metadata);
+        return dir.path() / name;
+    };
+    CHECK_ERROR(FileError, SafetensorsFile(write("plain.safetensors", {4, 2, 34}, false)),
+                "tensor \"w\": dtype \"U8\" is read only as the weight blocks of a quantized checkpoint",
+                "\"diffattn.weights\"");
+    CHECK_ERROR(FileError, SafetensorsFile(write("odd.safetensors", {4, 2, 33}, true)),
+                "U8 shape [4, 2, 33] is not [rows, blocks, 34] (q8_0 blocks) or [rows, blocks, 18] (q4_0 blocks)");
+    const SafetensorsFile blocks(write("blocks.safetensors", {4, 2, 34}, true));
+    CHECK_ERROR(FileError, blocks.require_tensor("w", {4, 96}),
+                "tensor \"w\" has shape [4, 2, 34] (q8_0 blocks of weights [4, 64]) but shape [4, 96] is expected");
+}
+
+TEST_CASE("quantizing a quantized checkpoint again", "[catalogue][weights]") {
+    model_test::TempDir dir;
+    write_blocked_checkpoint(dir.path() / "in");
+    write_quantized_checkpoint(dir.path() / "in", dir.path() / "q8", WeightFormat::q8_0);
+    CHECK_ERROR(OptionError, DecoderModel<float>::load(dir.path() / "q8", LoadOptions{WeightFormat::q4_0}),
+                "DecoderModel::load:", "holds weights quantized as q8_0; loading them as q4_0 would quantize them twice",
+                "quantize the original checkpoint instead");
+    CHECK_ERROR(FileError, write_quantized_checkpoint(dir.path() / "q8", dir.path() / "q4", WeightFormat::q4_0),
+                "diffattn-quantize:", "is already quantized; quantize the original checkpoint");
+    CHECK_NOTHROW(DecoderModel<float>::load(dir.path() / "q8", LoadOptions{WeightFormat::f32}));
+}
+
+TEST_CASE("quantized checkpoint written over a path", "[catalogue][weights][write]") {
+    model_test::TempDir dir;
+    write_blocked_checkpoint(dir.path() / "in");
+    fs::create_directories(dir.path() / "taken");
+    CHECK_ERROR(FileError, write_quantized_checkpoint(dir.path() / "in", dir.path() / "taken", WeightFormat::q8_0),
+                "diffattn-quantize: \"", "taken\" already exists; give a new directory (nothing is written over)");
+    CHECK_ERROR(FileError, write_quantized_checkpoint(dir.path() / "in", dir.path() / "in" / "q", WeightFormat::q8_0),
+                "lies inside the model directory", "never a file of the model's folder");
+    CHECK_FALSE(fs::exists(dir.path() / "in" / "q"));
 }

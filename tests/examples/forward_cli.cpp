@@ -66,7 +66,7 @@ void write_nan_model(const fs::path& dir, Index vocab, NanRow nan_row) {
     const ModelConfig config = test::tiny_config(AttentionKind::diff, vocab);
     DecoderModel<float> model = DecoderModel<float>::seeded(config, 3);
     for (Index v = 0; v < vocab; ++v) {
-        if (nan_row(v)) model.lm_head.row(v).setConstant(std::numeric_limits<float>::quiet_NaN());
+        if (nan_row(v)) model.lm_head.dense().row(v).setConstant(std::numeric_limits<float>::quiet_NaN());
     }
     model_test::write_model_dir(dir, config, model_test::tensors_of(model));
 }
@@ -333,6 +333,15 @@ TEST_CASE("diffattn-forward: --prompt generates the golden continuation, as ids 
         const Run by_ids =
             run_forward({"--model", dir.string(), "--tokens", ids, "--generate", std::to_string(expected.size())});
         CHECK(printed_ids(by_ids.out, "generated:") == expected);
+        if (dir.filename() == "diffllama_tiny_text") {
+            // The README's demo: with 8-bit weights the trained model continues as in f32.
+            const Run q8 = run_forward({"--model", dir.string(), "--prompt", prompt, "--generate",
+                                        std::to_string(expected.size()), "--weights", "q8_0"});
+            INFO("stdout: " << q8.out << "\nstderr: " << q8.err);
+            REQUIRE(q8.status == 0);
+            CHECK(line_after(q8.out, "weights: ").value_or("").rfind("q8_0, ", 0) == 0);
+            CHECK(printed_ids(q8.out, "generated:") == expected);
+        }
     }
 }
 

@@ -299,7 +299,7 @@ TEST_CASE("safetensors: every crafted bad file is a FileError naming the file an
         {"dtype_unknown.safetensors", {"tensor \"w\"", "unknown dtype \"F17\""}},
         {"dtype_lowercase.safetensors", {"tensor \"w\"", "unknown dtype \"f32\""}},
         {"dtype_unsupported_i32.safetensors", {"tensor \"w\"", "unsupported dtype \"I32\""}},
-        {"dtype_unsupported_u8.safetensors", {"tensor \"w\"", "unsupported dtype \"U8\""}},
+        {"dtype_u8_outside_quantized.safetensors", {"tensor \"w\"", "dtype \"U8\" is read only as the weight blocks"}},
         {"dtype_not_string.safetensors", {"tensor \"w\"", "dtype is 4"}},
         {"shape_not_array.safetensors", {"tensor \"w\"", "shape is 2, not an array"}},
         {"shape_negative.safetensors", {"tensor \"w\"", "shape element 0 is -2", "non-negative"}},

@@ -85,8 +85,8 @@ TEMPLATE_TEST_CASE("SwiGlu matches docs/math.md §4", "[layers][swiglu]", float,
     RowMatrix<T> y(n, d);
     mlp(x, y, scratch);
     const naive::Mat expected =
-        naive::swiglu(x.template cast<double>(), mlp.gate_proj.template cast<double>(),
-                      mlp.up_proj.template cast<double>(), mlp.down_proj.template cast<double>());
+        naive::swiglu(x.template cast<double>(), mlp.gate_proj.dense().template cast<double>(),
+                      mlp.up_proj.dense().template cast<double>(), mlp.down_proj.dense().template cast<double>());
     CHECK(relative_error(y, expected) < tolerance<T>());
     CHECK(SwiGlu<T>::parameter_count(d, f) == 3 * d * f);
 

@@ -120,14 +120,14 @@ TEST_CASE("halves pairing: q/k/v row blocks are stored in the stripe layout", "[
     REQUIRE(q.slices.size() == 8);
     for (Index head = 0; head < 8; ++head) {
         const ParameterSlice<double>& slice = q.slices[static_cast<std::size_t>(head)];
-        CHECK(slice.data == module.weights().q_proj.data() + stored_head(HeadPairing::halves, head, 8) * 2 * 6);
+        CHECK(slice.data == module.weights().q_proj.dense().data() + stored_head(HeadPairing::halves, head, 8) * 2 * 6);
     }
     // v: kv head g's value rows are [v(g) ; v(g + Hkv/2)] for our value head g.
     const Parameter<double>& v = list.items()[2];
     REQUIRE(v.name == "v_proj.weight");
     REQUIRE(v.slices.size() == 4);
-    CHECK(v.slices[1].data == module.weights().v_proj.data() + 2 * 2 * 6);  // file kv head 1 -> stored block 2
-    CHECK(v.slices[2].data == module.weights().v_proj.data() + 1 * 2 * 6);  // file kv head 2 -> stored block 1
+    CHECK(v.slices[1].data == module.weights().v_proj.dense().data() + 2 * 2 * 6);  // file kv head 1 -> stored block 2
+    CHECK(v.slices[2].data == module.weights().v_proj.dense().data() + 1 * 2 * 6);  // file kv head 2 -> stored block 1
 }
 
 TEST_CASE("a weightless per-pair norm lists no subln.weight; the offset shifts lambda_init", "[layers][conventions]") {

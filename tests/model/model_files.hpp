@@ -85,9 +85,40 @@ inline bool reset_peak_rss() {
 
 /// A safetensors file whose one tensor "unused" is `elements` F16 zeros: written sparse, so it
 /// costs no disk space, but reading it costs its size in memory.
-inline void write_sparse_f16_file(const std::filesystem::path& path, std::uint64_t elements) {
-    std::string header = "{\"unused\":{\"dtype\":\"F16\",\"shape\":[" + std::to_string(elements) +
-                         "],\"data_offsets\":[0," + std::to_string(2 * elements) + "]}}";
+/// A tied softmax model of no layers, hidden 1024: its one large tensor is embed_tokens
+/// [vocab, 1024] (the memory tests' model).
+inline ModelConfig embedding_only_config(Index vocab) {
+    ModelConfig config = test::tiny_config(AttentionKind::softmax, vocab);
+    config.hidden_size = 1024;
+    config.num_hidden_layers = 0;
+    config.tie_word_embeddings = true;
+    return config;
+}
+
+/// A safetensors file of the tensors {name, dtype, shape} in that order whose data are holes
+/// (zeros that take no disk and no time to write).
+struct SparseTensor {
+    std::string name;
+    std::string dtype;  // "F16", "BF16", "F32"
+    std::vector<std::uint64_t> shape;
+};
+inline void write_sparse_file(const std::filesystem::path& path, const std::vector<SparseTensor>& tensors) {
+    std::string header = "{";
+    std::uint64_t offset = 0;
+    for (const SparseTensor& t : tensors) {
+        std::uint64_t count = 1;
+        std::string shape;
+        for (std::uint64_t n : t.shape) {
+            count *= n;
+            shape += (shape.empty() ? "" : ",") + std::to_string(n);
+        }
+        const std::uint64_t bytes = count * (t.dtype == "F32" ? 4 : 2);
+        header += (header.size() == 1 ? "\"" : ",\"") + t.name + "\":{\"dtype\":\"" + t.dtype +
+                  "\",\"shape\":[" + shape + "],\"data_offsets\":[" + std::to_string(offset) + "," +
+                  std::to_string(offset + bytes) + "]}";
+        offset += bytes;
+    }
+    header += "}";
     header.append((8 - header.size() % 8) % 8, ' ');
     unsigned char length[8];
     detail::store_u64_le(header.size(), length);
@@ -97,7 +128,12 @@ inline void write_sparse_f16_file(const std::filesystem::path& path, std::uint64
         out << header;
         if (!out) throw std::runtime_error("cannot write " + path.string());
     }
-    std::filesystem::resize_file(path, 8 + header.size() + 2 * elements);
+    std::filesystem::resize_file(path, 8 + header.size() + offset);
+}
+
+/// A sparse file holding one F16 tensor "unused" of `elements` zeros.
+inline void write_sparse_f16_file(const std::filesystem::path& path, std::uint64_t elements) {
+    write_sparse_file(path, {{"unused", "F16", {elements}}});
 }
 
 /// The ranking of model/logit_ranking.hpp by a plain sort (a test oracle): the finite and infinite logits by value (descending, ties by id),

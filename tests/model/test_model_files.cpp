@@ -161,10 +161,7 @@ TEST_CASE("load checks every tensor name and shape before allocating the model",
     // A tied softmax model with no layers: embed_tokens [32768, 1024] alone, 2^25 parameters
     // (128 MiB in float). The file holds half of them in one tensor of another name, as F16:
     // enough for the parameter-count check, 32 MiB to read.
-    ModelConfig config = test::tiny_config(AttentionKind::softmax, 32768);
-    config.hidden_size = 1024;
-    config.num_hidden_layers = 0;
-    config.tie_word_embeddings = true;
+    ModelConfig config = model_test::embedding_only_config(32768);
     const std::uint64_t elements = std::uint64_t{1} << 24;
     model_test::TempDir dir;
     write_model_config(dir.path() / "config.json", config);

@@ -65,7 +65,7 @@ TEST_CASE("greedy generation with NaN logits picks the largest number", "[model]
     // lm_head rows 0, 3, 6, ... NaN: those logits are NaN at every position; the others finite.
     const ModelConfig config = test::tiny_config(AttentionKind::diff, 40);
     DecoderModel<double> model = DecoderModel<double>::seeded(config, 9);
-    for (Index v = 0; v < config.vocab_size; v += 3) model.lm_head.row(v).setConstant(std::nan(""));
+    for (Index v = 0; v < config.vocab_size; v += 3) model.lm_head.dense().row(v).setConstant(std::nan(""));
     std::vector<Token> sequence = {1, 2, 3};
     const std::vector<Token> generated = generate(model, sequence, 5, true);
     CHECK(generate(model, sequence, 5, false) == generated);

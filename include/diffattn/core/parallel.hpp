@@ -11,6 +11,7 @@
 #include "diffattn/core/compute.hpp"
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/core/weight_panels.hpp"
 
 #include <algorithm>
 #include <exception>
@@ -84,6 +85,9 @@ struct ExecutionContext {
     /// The products of the attention heads' prefill and chunk calls (AttentionOptions::compute):
     /// scalar, the default, or BF16 operands with fp32 sums (float models only).
     Compute compute = Compute::scalar;
+    /// Where products of many rows decode panels of stored weights, one per thread (null: such a
+    /// product allocates its panels for the call).
+    const WeightPanels* panels = nullptr;
 
     /// Threads worth starting for `flops` of work split over independent tasks.
     int threads_for(double flops) const { return detail::threads_for_work(threads, flops, min_parallel_flops); }

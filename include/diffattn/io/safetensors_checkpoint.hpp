@@ -110,6 +110,21 @@ public:
         file.release(name);
     }
 
+    /// Rows [first_row, first_row + rows) of tensor `name` (exactly `shape`) into dst, as
+    /// SafetensorsFile::read_rows_into; then releases their pages of the mapping.
+    template <typename T>
+    void read_rows_into(const std::string& name, const std::vector<Index>& shape, Index first_row, Index rows,
+                        T* dst) const {
+        const SafetensorsFile& file = require_tensor(name, shape);
+        file.read_rows_into<T>(name, shape, first_row, rows, dst);
+        file.release_rows(name, first_row, rows);
+    }
+
+    /// The entry of tensor `name` (exactly `shape`) and the file holding it.
+    const SafetensorsTensorInfo& tensor_info(const std::string& name, const std::vector<Index>& shape) const {
+        return require_tensor(name, shape).info(name);
+    }
+
     /// FileError naming the file and (the first 16 of) its tensors that are not in `expected`,
     /// tensors whose name ends in `ignored_suffix` (if not null) aside.
     void check_no_unexpected(const std::set<std::string>& expected, const char* ignored_suffix = nullptr) const {

@@ -33,6 +33,7 @@ enum class SafetensorsDtype {
     f16,   ///< "F16": IEEE binary16
     bf16,  ///< "BF16": bfloat16, the top 16 bits of a binary32
     f64,   ///< "F64": IEEE binary64
+    u8,    ///< "U8": bytes; read only as the weight blocks of a quantized checkpoint (docs/safetensors.md)
 };
 
 /// The dtype as the file header spells it: "F32", "F16", "BF16", "F64".
@@ -42,17 +43,19 @@ inline const char* dtype_name(SafetensorsDtype dtype) noexcept {
         case SafetensorsDtype::f16: return "F16";
         case SafetensorsDtype::bf16: return "BF16";
         case SafetensorsDtype::f64: return "F64";
+        case SafetensorsDtype::u8: return "U8";
     }
     return "?";
 }
 
-/// Bytes per element: 4 (F32), 2 (F16, BF16), 8 (F64).
+/// Bytes per element: 4 (F32), 2 (F16, BF16), 8 (F64), 1 (U8).
 inline std::size_t dtype_size(SafetensorsDtype dtype) noexcept {
     switch (dtype) {
         case SafetensorsDtype::f32: return 4;
         case SafetensorsDtype::f16: return 2;
         case SafetensorsDtype::bf16: return 2;
         case SafetensorsDtype::f64: return 8;
+        case SafetensorsDtype::u8: return 1;
     }
     return 0;
 }

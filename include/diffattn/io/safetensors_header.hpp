@@ -6,6 +6,7 @@
 
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/core/weight_format.hpp"
 #include "diffattn/io/detail/counted.hpp"
 #include "diffattn/io/detail/strict_json.hpp"
 #include "diffattn/io/safetensors_format.hpp"
@@ -34,7 +35,23 @@ struct SafetensorsTensorInfo {
     Index num_elements = 0;       ///< product of shape (1 for a scalar, 0 with a zero dimension)
     std::uint64_t data_begin = 0; ///< [data_begin, data_end): byte range in the data section,
     std::uint64_t data_end = 0;   ///< data_end - data_begin == num_elements * dtype_size(dtype)
+    /// q8_0 or q4_0 for a tensor of weight blocks (a U8 tensor [rows, blocks, block bytes] in a file
+    /// whose __metadata__ names kQuantizedWeightsKey, docs/safetensors.md); f32 for any other.
+    WeightFormat blocks = WeightFormat::f32;
+
+    /// The shape of the weights the tensor holds: [rows, blocks * 32] for a tensor of weight
+    /// blocks, the shape otherwise.
+    std::vector<Index> weight_shape() const {
+        if (blocks == WeightFormat::f32) return shape;
+        return {shape[0], shape[1] * kWeightBlock};
+    }
+    /// Number of weights it holds (num_elements, but for blocks the weights they stand for).
+    Index weight_count() const { return blocks == WeightFormat::f32 ? num_elements : shape[0] * shape[1] * kWeightBlock; }
 };
+
+/// The __metadata__ key of a quantized checkpoint's files (docs/safetensors.md, "Quantized
+/// weights"): its value is the weight format the checkpoint was quantized to.
+inline constexpr const char* kQuantizedWeightsKey = "diffattn.weights";
 
 /// A validated header: the tensors and the `__metadata__` strings.
 struct SafetensorsHeader {
@@ -80,6 +97,7 @@ public:
             }
         }
         check_layout(result.tensors);
+        check_weight_blocks(result);
         return result;
     }
 
@@ -218,16 +236,39 @@ private:
     SafetensorsDtype parse_dtype(const std::string& tensor, const nlohmann::json& value) const {
         if (!value.is_string()) fail(tensor, ": dtype is ", brief_json(value), ", not a string");
         const std::string& text = value.get_ref<const std::string&>();
-        for (SafetensorsDtype dtype :
-             {SafetensorsDtype::f32, SafetensorsDtype::f16, SafetensorsDtype::bf16, SafetensorsDtype::f64}) {
+        for (SafetensorsDtype dtype : {SafetensorsDtype::f32, SafetensorsDtype::f16, SafetensorsDtype::bf16,
+                                       SafetensorsDtype::f64, SafetensorsDtype::u8}) {
             if (text == dtype_name(dtype)) return dtype;
         }
-        static const char* const other_dtypes[] = {"BOOL", "U8",      "I8",      "I16",     "U16",     "I32",
+        static const char* const other_dtypes[] = {"BOOL", "I8",      "I16",     "U16",     "I32",
                                                    "U32",  "I64",     "U64",     "C64",     "F8_E5M2", "F8_E4M3",
                                                    "F8_E8M0", "F4",   "F6_E2M3", "F6_E3M2"};
         const bool known = std::find(std::begin(other_dtypes), std::end(other_dtypes), text) != std::end(other_dtypes);
         fail(tensor, known ? ": unsupported dtype " : ": unknown dtype ", quote_json(text),
-             " (diffattn reads F32, F16, BF16 and F64)");
+             " (diffattn reads F32, F16, BF16 and F64, and U8 weight blocks)");
+    }
+
+    /// U8 tensors are weight blocks, and only in a quantized checkpoint's file: its __metadata__
+    /// names kQuantizedWeightsKey (a block format), and each is [rows, blocks, 34] (q8_0) or
+    /// [rows, blocks, 18] (q4_0). Marks each with its format.
+    void check_weight_blocks(SafetensorsHeader& header) const {
+        const auto key = header.metadata.find(kQuantizedWeightsKey);
+        for (auto& [name, info] : header.tensors) {
+            if (info.dtype != SafetensorsDtype::u8) continue;
+            const std::string tensor = "tensor " + quote_json(name);
+            if (key == header.metadata.end()) {
+                fail(tensor, ": dtype \"U8\" is read only as the weight blocks of a quantized checkpoint, whose "
+                     "__metadata__ names \"", kQuantizedWeightsKey, "\" (docs/safetensors.md)");
+            }
+            const Index last = info.shape.empty() ? -1 : info.shape.back();
+            info.blocks = last == block_bytes(WeightFormat::q8_0)   ? WeightFormat::q8_0
+                          : last == block_bytes(WeightFormat::q4_0) ? WeightFormat::q4_0
+                                                                    : WeightFormat::f32;
+            if (info.shape.size() != 3 || info.blocks == WeightFormat::f32) {
+                fail(tensor, ": U8 shape ", format_tensor_shape(info.shape),
+                     " is not [rows, blocks, 34] (q8_0 blocks) or [rows, blocks, 18] (q4_0 blocks)");
+            }
+        }
     }
 
     /// The tensors must tile the data section: sorted by offsets, they start at 0, each begins

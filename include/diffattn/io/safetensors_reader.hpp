@@ -131,11 +131,16 @@ public:
     const std::vector<Index>& shape(const std::string& name) const { return info(name).shape; }
 
     /// The entry of tensor `name`, after checking that it exists and has exactly
-    /// `expected_shape`; otherwise FileError naming the file, the tensor and both shapes.
+    /// `expected_shape` (a tensor of weight blocks: holds weights of that shape); otherwise
+    /// FileError naming the file, the tensor and both shapes.
     const TensorInfo& require_tensor(const std::string& name, const std::vector<Index>& expected_shape) const {
         const TensorInfo& tensor = info(name);
-        if (tensor.shape != expected_shape) {
+        if (tensor.weight_shape() != expected_shape) {
             fail("tensor ", detail::quote_json(name), " has shape ", detail::format_tensor_shape(tensor.shape),
+                 tensor.blocks == WeightFormat::f32
+                     ? std::string()
+                     : detail::concat(" (", to_string(tensor.blocks), " blocks of weights ",
+                                      detail::format_tensor_shape(tensor.weight_shape()), ")"),
                  " but shape ", detail::format_tensor_shape(expected_shape), " is expected");
         }
         return tensor;
@@ -161,13 +166,50 @@ public:
     /// Converts tensor `name`, which must have exactly `expected_shape`, into
     /// dst[0 .. product(expected_shape)) in row-major order. T is float or double. Exact for
     /// F32 / F16 / BF16 (and F64 into double); F64 into float rounds to nearest, and a finite
-    /// value beyond the float range is a FileError. No allocation.
+    /// value beyond the float range is a FileError. Weight blocks decode to the weights they stand
+    /// for. No allocation.
     template <typename T>
     void read_into(const std::string& name, const std::vector<Index>& expected_shape, T* dst) const {
+        read_rows_into(name, expected_shape, 0, expected_shape.empty() ? 1 : expected_shape[0], dst);
+    }
+
+    /// As read_into, for rows [first_row, first_row + rows) of the tensor's first dimension only:
+    /// into dst [rows x the product of the other dimensions].
+    template <typename T>
+    void read_rows_into(const std::string& name, const std::vector<Index>& expected_shape, Index first_row, Index rows,
+                        T* dst) const {
         static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "T must be float or double");
         const TensorInfo& tensor = require_tensor(name, expected_shape);
-        require<Error>(dst != nullptr || tensor.num_elements == 0, "SafetensorsFile::read_into: dst is null");
-        convert(name, tensor, dst);
+        require<Error>(dst != nullptr || tensor.weight_count() == 0, "SafetensorsFile::read_into: dst is null");
+        const RowSpan span = row_span(tensor, first_row, rows);
+        const unsigned char* src = data_ + data_start_ + tensor.data_begin + span.first_byte;
+        if (tensor.blocks != WeightFormat::f32) {
+            detail::decode_weight_rows(src, tensor.blocks, rows, span.width, dst);
+            return;
+        }
+        const Index too_large = detail::decode_tensor_elements(src, tensor.dtype, rows * span.width, dst);
+        if (too_large >= 0) {
+            fail("tensor ", detail::quote_json(name), ": F64 element ", first_row * span.width + too_large, " is ",
+                 detail::double_from_bits(detail::load_u64_le(src + 8 * too_large)), ", outside the range of float");
+        }
+    }
+
+    /// The bytes of rows [first_row, first_row + rows) of tensor `name` as the file stores them
+    /// (weight blocks: row after row of blocks), which hold `bytes` bytes.
+    const unsigned char* stored_rows(const std::string& name, Index first_row, Index rows, std::size_t& bytes) const {
+        const TensorInfo& tensor = info(name);
+        const RowSpan span = row_span(tensor, first_row, rows);
+        bytes = span.bytes;
+        return data_ + data_start_ + tensor.data_begin + span.first_byte;
+    }
+
+    /// Hands back the resident pages of rows [first_row, first_row + rows) of tensor `name`, as
+    /// release() does for the whole tensor.
+    void release_rows(const std::string& name, Index first_row, Index rows) const {
+        const TensorInfo& tensor = info(name);
+        const RowSpan span = row_span(tensor, first_row, rows);
+        const std::size_t begin = data_start_ + tensor.data_begin + span.first_byte;
+        mapping_.release(begin, begin + span.bytes);
     }
 
     /// Hands back the resident pages of tensor `name`'s bytes in a mapped file (they are read
@@ -246,6 +288,26 @@ private:
         return tensor;
     }
 
+    /// Rows [first_row, first_row + rows) of a tensor's first dimension: the weights of a row
+    /// (the product of the other dimensions, or blocks * 32), and where their bytes lie.
+    struct RowSpan {
+        Index width = 0;              // weights of one row
+        std::size_t first_byte = 0;   // from the tensor's first byte
+        std::size_t bytes = 0;
+    };
+    RowSpan row_span(const TensorInfo& tensor, Index first_row, Index rows) const {
+        const std::vector<Index> shape = tensor.weight_shape();
+        const Index all_rows = shape.empty() ? 1 : shape[0];
+        require<Error>(first_row >= 0 && rows >= 0 && first_row + rows <= all_rows, "SafetensorsFile: rows [",
+                       first_row, ", ", first_row + rows, ") of a tensor of ", all_rows, " rows");
+        RowSpan span;
+        span.width = all_rows == 0 ? 0 : tensor.weight_count() / all_rows;
+        const std::size_t row_bytes = all_rows == 0 ? 0 : static_cast<std::size_t>((tensor.data_end - tensor.data_begin) / static_cast<std::uint64_t>(all_rows));
+        span.first_byte = static_cast<std::size_t>(first_row) * row_bytes;
+        span.bytes = static_cast<std::size_t>(rows) * row_bytes;
+        return span;
+    }
+
     /// Opens `path` into `in` after checking that it names a regular file; returns its size.
     /// Reads nothing yet (read_up_to does, step by step).
     std::uint64_t open_file(const std::filesystem::path& path, std::ifstream& in) const {
@@ -306,15 +368,10 @@ private:
         load(file_size);  // every byte of the data section belongs to a validated tensor
     }
 
-    /// Converts the num_elements elements of `tensor` (tensor `name`) into dst[0, num_elements).
+    /// Converts every weight of tensor `name` into dst[0, weight_count()).
     template <typename T>
     void convert(const std::string& name, const TensorInfo& tensor, T* dst) const {
-        const unsigned char* src = data_ + data_start_ + tensor.data_begin;
-        const Index too_large = detail::decode_tensor_elements(src, tensor.dtype, tensor.num_elements, dst);
-        if (too_large >= 0) {
-            fail("tensor ", detail::quote_json(name), ": F64 element ", too_large, " is ",
-                 detail::double_from_bits(detail::load_u64_le(src + 8 * too_large)), ", outside the range of float");
-        }
+        read_rows_into(name, tensor.weight_shape(), 0, tensor.weight_shape().empty() ? 1 : tensor.weight_shape()[0], dst);
     }
 
     std::string path_;                 // as given, for error messages

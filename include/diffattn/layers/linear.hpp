@@ -1,10 +1,14 @@
-// Linear projection without bias, in PyTorch nn.Linear layout (docs/math.md §3): y = x W^T.
+// Linear projection without bias, in PyTorch nn.Linear layout (docs/math.md §3): y = x W^T, with W
+// in any storage format (core/linear_weight.hpp, docs/math.md §10).
 #pragma once
 
 #include "diffattn/core/checks.hpp"
+#include "diffattn/core/linear_weight.hpp"
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/core/weight_panels.hpp"
 #include "diffattn/layers/few_rows_linear.hpp"
+#include "diffattn/layers/stored_weight_dots.hpp"
 
 #include <algorithm>
 #include <array>
@@ -43,16 +47,45 @@ inline Index few_rows_feature_block(Index features, int team) {
     const Index blocks = team * std::max<Index>(least, (per_thread + kLinearBlockTarget / 2) / kLinearBlockTarget);
     return block_size(features, blocks, kLinearFeatureMultiple);
 }
-/// What reading one weight from memory costs, in flops: kFlopsPerByteRead for each of a float's 4
-/// bytes (kept for double too, whose few-rows products are rarer).
-inline constexpr double kFlopsPerWeightRead = 4 * kFlopsPerByteRead;
+/// What reading a weight from memory costs, in flops: kFlopsPerByteRead for each byte it is stored
+/// in (a float's 4 for the f32 format, kept for double too, whose few-rows products are rarer).
+template <typename T>
+double flops_per_weight_read(const WeightView<T>& w) {
+    const double bytes = w.format == WeightFormat::f32 ? 4.0 : static_cast<double>(w.row_bytes) / static_cast<double>(w.cols);
+    return bytes * kFlopsPerByteRead;
+}
+
+/// out.block(first_token, first_feature, rows, columns) = x rows x W rows^T for a weight stored in
+/// another format than f32: its rows decoded a panel (WeightPanels) at a time into the scalar of
+/// the GEMM, which then multiplies it as the f32 path multiplies W (docs/math.md §10). The panels
+/// cut the features into kRows and the inner dimension into kDepth; the products over the inner
+/// dimension's panels are summed into the output block.
+template <typename T>
+void linear_block_through_panels(const ConstMatrixRef<T>& x, const WeightView<T>& w, MatrixRef<T>& out,
+                                 Index first_token, Index rows, Index first_feature, Index columns, T* panel) {
+    const Index depth = w.cols;
+    for (Index f = 0; f < columns; f += WeightPanels::kRows) {
+        const Index features = std::min(WeightPanels::kRows, columns - f);
+        auto into = out.block(first_token, first_feature + f, rows, features);
+        for (Index k = 0; k < depth; k += WeightPanels::kDepth) {
+            const Index count = std::min(WeightPanels::kDepth, depth - k);
+            decode_stored_panel(w, first_feature + f, features, k, count, panel, count);
+            const ConstRowMatrixMap<T> weights(panel, features, count);
+            if (k == 0) {
+                into.noalias() = x.block(first_token, k, rows, count) * weights.transpose();
+            } else {
+                into.noalias() += x.block(first_token, k, rows, count) * weights.transpose();
+            }
+        }
+    }
+}
 }  // namespace detail
 
-/// One product of linear_each: out = x W^T, W stored as [out_features x in_features].
+/// One product of linear_each: out = x W^T, W stored as [out_features x in_features] in any format.
 template <typename T>
 struct LinearProduct {
-    ConstMatrixRef<T> weight;  ///< [out x in]
-    MatrixRef<T> out;          ///< [N x out], not aliasing x
+    WeightView<T> weight;  ///< [out x in]
+    MatrixRef<T> out;      ///< [N x out], not aliasing x
 };
 
 /// out = x W^T for each product, all of the same x, in one parallel region: the projections of
@@ -60,31 +93,43 @@ struct LinearProduct {
 /// once, not once each. Each output is what linear() alone computes, bit for bit.
 ///   x          [N x in]   (any row-major matrix or column block)
 ///   products   each weight [out_i x in] with its out [N x out_i]
-///   context: fewer than detail::kFewRowsLinear tokens (a decode step) take few_rows_linear, which
-///            reads W once, each weight's features cut into as many blocks per thread
-///            (detail::few_rows_feature_block); larger calls cut each out into fixed blocks of
-///            tokens x features (detail::linear_block). The blocks run on up to context.threads
+///   context: fewer than detail::kFewRowsLinear tokens (a decode step) take few_rows_linear (f32)
+///            or stored_few_rows_linear (other formats), which read W once, each weight's features
+///            cut into as many blocks per thread (detail::few_rows_feature_block); larger calls cut
+///            each out into fixed blocks of tokens x features (detail::linear_block), a weight of
+///            another format than f32 decoded a panel at a time into context.panels (allocated for
+///            the call when the context has none). The blocks run on up to context.threads
 ///            threads (OpenMP builds), but on fewer, down to one, when the products have less than
 ///            context.min_parallel_flops flops per thread (a few-rows product counts
-///            kFlopsPerWeightRead per weight it reads). Results do not depend on the thread count.
+///            flops_per_weight_read per weight it reads). Results do not depend on the thread count.
 template <typename T, std::size_t K>
 void linear_each(const ConstMatrixRef<T>& x, const LinearProduct<T> (&products)[K],
                  const ExecutionContext& context = {}) {
     const Index tokens = x.rows();
     const bool few_rows = tokens < detail::kFewRowsLinear;
     double work = 0;
+    bool stored = false;  // a weight in another format than f32
     for (const LinearProduct<T>& product : products) {
+        const WeightView<T>& w = product.weight;
         // Entry-point checks are cheap next to the GEMM and catch mis-sized scratch early.
-        detail::require_same_cols("linear", detail::named("x", x), detail::named("weight", product.weight));
-        detail::require_shape("linear", detail::named("out", product.out), tokens, product.weight.rows());
+        detail::require_same_cols("linear", detail::named("x", x), detail::NamedShape{"weight", w.rows, w.cols});
+        detail::require_shape("linear", detail::named("out", product.out), tokens, w.rows);
         const double flops = 2.0 * static_cast<double>(tokens) * static_cast<double>(x.cols()) *
-                             static_cast<double>(product.weight.rows());
+                             static_cast<double>(w.rows);
         // A few-rows product is bound by reading W, not by its flops: weigh each weight it reads as
-        // kFlopsPerWeightRead flops when choosing the threads.
-        work += few_rows ? std::max(flops, detail::kFlopsPerWeightRead * static_cast<double>(product.weight.size()))
-                         : flops;
+        // flops_per_weight_read flops when choosing the threads.
+        const double weights = static_cast<double>(w.rows) * static_cast<double>(w.cols);
+        work += few_rows ? std::max(flops, detail::flops_per_weight_read(w) * weights) : flops;
+        stored = stored || w.format != WeightFormat::f32;
     }
     const int team = context.threads_for(work);
+    // Panels for the stored weights of a call of many rows: the context's, or the call's own.
+    WeightPanels own_panels;
+    const WeightPanels* panels = context.panels;
+    if (stored && !few_rows && (panels == nullptr || panels->threads() < team || !panels->holds(sizeof(T)))) {
+        own_panels = WeightPanels(team, sizeof(T));
+        panels = &own_panels;
+    }
     const Index token_block = detail::linear_block(tokens, detail::kLinearBlockTarget, 1);
     const Index token_blocks = (tokens + token_block - 1) / token_block;
     // Each product's blocks, laid out once before the region: the blocks of product i are
@@ -95,41 +140,46 @@ void linear_each(const ConstMatrixRef<T>& x, const LinearProduct<T> (&products)[
     std::array<Index, K> feature_block{}, feature_blocks{};
     std::array<Index, K + 1> first_block{};
     for (std::size_t i = 0; i < K; ++i) {
-        const Index features = products[i].weight.rows();
+        const Index features = products[i].weight.rows;
         feature_block[i] = few_rows ? detail::few_rows_feature_block(features, team)
                                     : detail::linear_block(features, detail::kLinearBlockTarget,
                                                            detail::kLinearFeatureMultiple);
         feature_blocks[i] = (features + feature_block[i] - 1) / feature_block[i];
         first_block[i + 1] = first_block[i] + token_blocks * feature_blocks[i];
     }
-    detail::parallel_for(first_block[K], team, detail::Schedule::equal_tasks, [&](Index block, int /*thread*/) {
+    detail::parallel_for(first_block[K], team, detail::Schedule::equal_tasks, [&](Index block, int thread) {
         std::size_t i = 0;  // the product block `block` is of, and its block in it
         while (block >= first_block[i + 1]) ++i;
         const LinearProduct<T>& product = products[i];
         block -= first_block[i];
-        const Index features = product.weight.rows();
+        const WeightView<T>& w = product.weight;
+        const Index features = w.rows;
         const Index first_token = block / feature_blocks[i] * token_block;
         const Index first_feature = block % feature_blocks[i] * feature_block[i];
         const Index rows = std::min(token_block, tokens - first_token);
         const Index columns = std::min(feature_block[i], features - first_feature);
         MatrixRef<T> out = product.out;
-        if (few_rows) {  // a decode step: read W once
-            detail::few_rows_linear<T>(x, product.weight, out, first_feature, first_feature + columns);
-            return;
+        if (few_rows && w.format == WeightFormat::f32) {  // a decode step: read W once
+            detail::few_rows_linear<T>(x, w.matrix(), out, first_feature, first_feature + columns);
+        } else if (few_rows) {
+            detail::stored_few_rows_linear<T>(x, w, out, first_feature, first_feature + columns);
+        } else if (w.format == WeightFormat::f32) {
+            out.block(first_token, first_feature, rows, columns).noalias() =
+                x.middleRows(first_token, rows) * w.matrix().middleRows(first_feature, columns).transpose();
+        } else {
+            detail::linear_block_through_panels(x, w, out, first_token, rows, first_feature, columns,
+                                                panels->template panel<T>(thread));
         }
-        out.block(first_token, first_feature, rows, columns).noalias() =
-            x.middleRows(first_token, rows) * product.weight.middleRows(first_feature, columns).transpose();
     });
 }
 
 /// y = x W^T for a weight stored as [out_features x in_features] (nn.Linear, no bias): linear_each
 /// of one product. The caller owns `out`; it must not alias `x`.
 ///   x       [N x in]     (any row-major matrix or column block)
-///   w       [out x in]
+///   w       [out x in], in any format (a LinearWeight, a WeightMatrix, any row-major matrix)
 ///   out     [N x out]
 template <typename T>
-void linear(const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w, MatrixRef<T> out,
-            const ExecutionContext& context = {}) {
+void linear(const ConstMatrixRef<T>& x, const WeightView<T>& w, MatrixRef<T> out, const ExecutionContext& context = {}) {
     linear_each<T>(x, {LinearProduct<T>{w, out}}, context);
 }
 

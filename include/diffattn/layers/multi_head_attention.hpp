@@ -46,11 +46,13 @@ namespace diffattn {
 template <typename T>
 class MultiHeadAttention {
 public:
-    /// A module with all-zero projections (norm weights one) for this geometry; validates it.
-    explicit MultiHeadAttention(const AttentionConfig& config) : config_(config) {
+    /// A module with all-zero projections (norm weights one) for this geometry, the projections
+    /// stored in `weights` (stored_format); validates the geometry.
+    explicit MultiHeadAttention(const AttentionConfig& config, WeightFormat weights = WeightFormat::f32)
+        : config_(config) {
         config_.validate();
         kv_group_ = detail::heads_sharing_kv(config_);
-        weights_ = AttentionWeights<T>(config_);
+        weights_ = AttentionWeights<T>(config_, weights);
     }
 
     const AttentionConfig& config() const { return config_; }
@@ -75,14 +77,16 @@ public:
     /// factors. No-op for other kinds.
     void merge() {
         if (config_.kind != AttentionKind::shared_diff) return;
-        weights_.shared.merge_into(weights_.q_proj, weights_.k_proj);
+        weights_.q_proj = LinearWeight<T>();  // f32: the merge writes the matrices
+        weights_.k_proj = LinearWeight<T>();
+        weights_.shared.merge_into(weights_.q_proj.dense(), weights_.k_proj.dense());
         merged_ = true;
     }
     /// Shared DIFF: go back to projecting through the factors (drops the merged matrices).
     void unmerge() {
         if (config_.kind != AttentionKind::shared_diff) return;
-        weights_.q_proj.resize(0, 0);
-        weights_.k_proj.resize(0, 0);
+        weights_.q_proj = LinearWeight<T>();
+        weights_.k_proj = LinearWeight<T>();
         merged_ = false;
     }
     bool merged() const { return merged_; }

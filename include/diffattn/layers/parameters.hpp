@@ -14,6 +14,7 @@
 #pragma once
 
 #include "diffattn/core/error.hpp"
+#include "diffattn/core/linear_weight.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/core/weight_matrix.hpp"
 #include "diffattn/io/safetensors_format.hpp"  // detail::ends_with
@@ -29,22 +30,43 @@
 namespace diffattn {
 
 /// A writable [rows x cols] row-major view with an outer stride (a matrix, a vector seen as one
-/// row, or a block of a wider row-major matrix).
+/// row, or a block of a wider row-major matrix), or whole rows of a weight stored in another format
+/// than f32 (`stored`), which are written by encoding them (LinearWeight::store_rows).
 template <typename T>
 struct ParameterSlice {
     T* data = nullptr;
     Index rows = 0;
     Index cols = 0;
     Index outer_stride = 0;
+    LinearWeight<T>* stored = nullptr;  ///< not null: rows [first_row, first_row + rows) of this weight
+    Index first_row = 0;
 
     using Map = Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>>;
+    /// The slice as a matrix (not a stored slice).
     Map map() const { return Map(data, rows, cols, Eigen::OuterStride<>(outer_stride)); }
 
     static ParameterSlice of(WeightMatrix<T>& m) { return {m.data(), m.rows(), m.cols(), m.cols()}; }
     static ParameterSlice of(Vector<T>& v) { return {v.data(), 1, v.size(), v.size()}; }
+    static ParameterSlice of(LinearWeight<T>& w) { return rows_of(w, 0, w.rows()); }
     /// Rows [row, row + rows) x columns [col, col + cols) of a row-major matrix.
     static ParameterSlice block(WeightMatrix<T>& m, Index row, Index col, Index rows, Index cols) {
         return {m.data() + row * m.cols() + col, rows, cols, m.cols()};
+    }
+    /// Rows [row, row + count) of a weight in any format.
+    static ParameterSlice rows_of(LinearWeight<T>& w, Index row, Index count) {
+        if (w.format() == WeightFormat::f32) return block(w.dense(), row, 0, count, w.cols());
+        return {nullptr, count, w.cols(), w.cols(), &w, row};
+    }
+
+    /// Writes row r of the slice from values[0, cols). ErrorType naming `what` for a weight the
+    /// stored format cannot hold.
+    template <typename ErrorType = OptionError>
+    void write_rows(Index r, const ConstMatrixRef<T>& values, const std::string& what) const {
+        if (stored != nullptr) {
+            stored->template store_rows<ErrorType>(first_row + r, values, what);
+        } else {
+            map().middleRows(r, values.rows()) = values;
+        }
     }
 };
 
@@ -56,6 +78,8 @@ struct Parameter {
     std::vector<ParameterSlice<T>> slices;///< storage in file order: 1 slice for a plain 1-D / 2-D tensor,
                                           ///< shape[0] for a 3-D one, one per row block when reordered;
                                           ///< none in a tensor table (no storage yet)
+    bool linear_weight = false;           ///< a LinearWeight: stored in the model's weight format
+    bool output_head = false;             ///< the weight the logits are computed with (stored_format)
 
     /// Number of scalars.
     Index size() const {
@@ -74,10 +98,12 @@ public:
     /// A tensor of file shape `shape` stored in `slices`, which hold its elements in file order
     /// (a 3-D [n, rows, cols] tensor: n slices [rows x cols]), or only named and shaped when
     /// `slices` is empty (a tensor table).
-    void add(std::string name, std::vector<Index> shape, std::vector<ParameterSlice<T>> slices) {
+    /// `linear_weight`: the tensor is a LinearWeight (stored in the model's weight format).
+    void add(std::string name, std::vector<Index> shape, std::vector<ParameterSlice<T>> slices,
+             bool linear_weight = false) {
         Index stored = 0;
         for (const ParameterSlice<T>& slice : slices) stored += slice.rows * slice.cols;
-        Item item{std::move(name), std::move(shape), std::move(slices)};
+        Item item{std::move(name), std::move(shape), std::move(slices), linear_weight};
         require<ShapeError>(item.slices.empty() || stored == item.size(), "ParameterList: tensor ", item.name,
                             " has ", item.size(), " elements but its storage ", stored);
         items_.push_back(std::move(item));
@@ -86,6 +112,12 @@ public:
     void add(std::string name, Index rows, Index cols, WeightMatrix<T>* m) {
         add(std::move(name), {rows, cols}, m ? std::vector<ParameterSlice<T>>{ParameterSlice<T>::of(*m)}
                                              : std::vector<ParameterSlice<T>>{});
+    }
+    /// A 2-D tensor [rows, cols] in the weight `w` (any format), or a table entry when `w` is null.
+    void add(std::string name, Index rows, Index cols, LinearWeight<T>* w) {
+        add(std::move(name), {rows, cols}, w ? std::vector<ParameterSlice<T>>{ParameterSlice<T>::of(*w)}
+                                             : std::vector<ParameterSlice<T>>{},
+            true);
     }
     /// A 1-D tensor [size] in `v`, or a table entry when `v` is null.
     void add(std::string name, Index size, Vector<T>* v) {
@@ -150,17 +182,19 @@ void init_parameters_uniform(ParameterList<T>& parameters, std::uint64_t seed) {
         // X a (fan_in D), `*_b` [H, d, r] as (X a) b^T (fan_in r).
         const bool is_a_factor = p.shape.size() == 3 && detail::ends_with(p.name, "_a");
         const double fan_in = static_cast<double>(is_a_factor ? p.shape[1] : p.shape.back());
+        RowMatrix<T> row;
         for (const ParameterSlice<T>& slice : p.slices) {
-            auto m = slice.map();
-            for (Index r = 0; r < m.rows(); ++r) {
-                for (Index c = 0; c < m.cols(); ++c) {
+            row.resize(1, slice.cols);
+            for (Index r = 0; r < slice.rows; ++r) {
+                for (Index c = 0; c < slice.cols; ++c) {
                     const double u = random.next();
                     double value = u / std::sqrt(fan_in);
                     if (is_norm || is_subln) value = 1.0 + 0.1 * u;
                     else if (is_lambda) value = 0.1 * u;
                     else if (is_embedding) value = u;
-                    m(r, c) = static_cast<T>(value);
+                    row(0, c) = static_cast<T>(value);
                 }
+                slice.write_rows(r, row, p.name);
             }
         }
     }

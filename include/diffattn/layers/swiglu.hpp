@@ -4,6 +4,7 @@
 #pragma once
 
 #include "diffattn/core/checks.hpp"
+#include "diffattn/core/linear_weight.hpp"
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/layers/linear.hpp"
@@ -37,15 +38,19 @@ struct SwiGluScratch {
 
 template <typename T>
 struct SwiGlu {
-    WeightMatrix<T> gate_proj;  ///< [d_ff x d_model]  `mlp.gate_proj.weight`
-    WeightMatrix<T> up_proj;    ///< [d_ff x d_model]  `mlp.up_proj.weight`
-    WeightMatrix<T> down_proj;  ///< [d_model x d_ff]  `mlp.down_proj.weight`
+    LinearWeight<T> gate_proj;  ///< [d_ff x d_model]  `mlp.gate_proj.weight`
+    LinearWeight<T> up_proj;    ///< [d_ff x d_model]  `mlp.up_proj.weight`
+    LinearWeight<T> down_proj;  ///< [d_model x d_ff]  `mlp.down_proj.weight`
     MlpActivation activation = MlpActivation::silu;
     PolyNorm<T> poly_norm;      ///< poly_norm: `mlp.act_fn.weight`, `mlp.act_fn.bias`
 
     SwiGlu() = default;
-    SwiGlu(Index d_model, Index d_ff, MlpActivation act = MlpActivation::silu)
-        : gate_proj(d_ff, d_model), up_proj(d_ff, d_model), down_proj(d_model, d_ff), activation(act) {}
+    /// Zero projections in stored_format(`weights`, their inputs).
+    SwiGlu(Index d_model, Index d_ff, MlpActivation act = MlpActivation::silu, WeightFormat weights = WeightFormat::f32)
+        : gate_proj(d_ff, d_model, stored_format(weights, d_model)),
+          up_proj(d_ff, d_model, stored_format(weights, d_model)),
+          down_proj(d_model, d_ff, stored_format(weights, d_ff)),
+          activation(act) {}
 
     Index d_model() const { return gate_proj.cols(); }
     Index d_ff() const { return gate_proj.rows(); }
@@ -70,6 +75,14 @@ struct SwiGlu {
             gate.array() *= up.array();
         }
         linear<T>(gate, down_proj, out, context);
+    }
+
+    /// f(w) for the gate, up and down projections.
+    template <typename F>
+    void for_each_projection(F&& f) const {
+        f(gate_proj);
+        f(up_proj);
+        f(down_proj);
     }
 
     /// The model-file tensors under `prefix` ("model.layers.<i>.mlp."), viewing the storage of

@@ -16,7 +16,9 @@
 #include "diffattn/layers/parameters.hpp"
 #include "diffattn/model/config.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -49,7 +51,7 @@ inline void require_parameters_in_files(const ModelConfig& config, const std::fi
     std::uint64_t in_files = 0;  // elements of all tensors: <= the files' size / 2, cannot overflow
     for (const SafetensorsFile& file : files.files()) {
         for (const auto& entry : file.tensors()) {
-            if (!ends_with(entry.first, ignored)) in_files += static_cast<std::uint64_t>(entry.second.num_elements);
+            if (!ends_with(entry.first, ignored)) in_files += static_cast<std::uint64_t>(entry.second.weight_count());
         }
     }
     const auto needed = static_cast<std::uint64_t>(config.parameter_count());  // validated: fits
@@ -75,10 +77,38 @@ void check_checkpoint_tensors(const ModelConfig& config, const ParameterList<T>&
     files.check_no_unexpected(expected, tensor_names(config.conventions.family).ignored_suffix);
 }
 
+/// The file of `source` (a SafetensorsFile, or a SafetensorsCheckpoint's shard) holding tensor
+/// `name`, which has exactly `shape` (FileError otherwise).
+inline const SafetensorsFile& file_holding(const SafetensorsFile& file, const std::string& name,
+                                           const std::vector<Index>& shape) {
+    file.require_tensor(name, shape);
+    return file;
+}
+inline const SafetensorsFile& file_holding(const SafetensorsCheckpoint& files, const std::string& name,
+                                           const std::vector<Index>& shape) {
+    return files.require_tensor(name, shape);
+}
+
+/// Bytes of T a tensor's rows are converted through at a time on their way into a stored weight.
+inline constexpr std::size_t kStagingBytes = std::size_t(4) << 20;
+
+/// Whether the file's bytes of `tensor` are already the stored format of `slice`: blocks of that
+/// format, or BF16 for a bf16 weight (the checkpoint's own bits, kept).
+template <typename T>
+bool stores_file_bytes(const ParameterSlice<T>& slice, const SafetensorsTensorInfo& tensor) {
+    if (slice.stored == nullptr) return false;
+    const WeightFormat format = slice.stored->format();
+    return tensor.blocks == format || (format == WeightFormat::bf16 && tensor.dtype == SafetensorsDtype::bf16);
+}
+
 /// Converts every tensor of `list` from `source` (a SafetensorsFile or a SafetensorsCheckpoint:
-/// read_into checks the name and the shape) into its storage, one at a time; tensors split over
-/// several slices (Shared DIFF factors, halves-paired projections) go through one staging buffer of
-/// the largest such tensor. Returns the names read.
+/// the name and the shape are checked) into its storage, one at a time, each tensor's pages of
+/// the mapping handed back as it is read. A tensor of one plain slice is converted in place; a
+/// weight stored in another format than f32 takes the file's bytes where they are that format
+/// (stores_file_bytes), and is otherwise converted kStagingBytes at a time and encoded
+/// (LinearWeight::store_rows: FileError naming the file and the tensor for a weight the format
+/// cannot hold); other split tensors (Shared DIFF factors, halves-paired projections) go through
+/// one staging buffer of the largest slice. Returns the names read.
 template <typename T, typename Source>
 std::set<std::string> read_parameters(ParameterList<T>& list, const Source& source) {
     std::set<std::string> expected;
@@ -86,17 +116,48 @@ std::set<std::string> read_parameters(ParameterList<T>& list, const Source& sour
     for (Parameter<T>& p : list) {
         expected.insert(p.name);
         const ParameterSlice<T>& first = p.slices.front();
-        if (p.slices.size() == 1 && first.outer_stride == first.cols) {
+        if (p.slices.size() == 1 && first.stored == nullptr && first.outer_stride == first.cols) {
             source.template read_into<T>(p.name, p.shape, first.data);
             continue;
         }
-        staging.resize(static_cast<std::size_t>(p.size()));
-        source.template read_into<T>(p.name, p.shape, staging.data());
-        const T* from = staging.data();
+        const SafetensorsFile& file = file_holding(source, p.name, p.shape);
+        const SafetensorsTensorInfo& tensor = file.info(p.name);
+        const std::string what = concat("safetensors file \"", file.path(), "\": tensor ", quote_json(p.name));
+        const Index row_width = p.size() / p.shape.front();  // scalars of one row of the file's first dimension
+        Index file_row = 0;
         for (const ParameterSlice<T>& slice : p.slices) {
-            slice.map() = ConstRowMatrixMap<T>(from, slice.rows, slice.cols);
-            from += slice.rows * slice.cols;
+            const Index rows = slice.rows * slice.cols / row_width;  // rows of the first dimension it holds
+            if (stores_file_bytes(slice, tensor)) {
+                // Copied kStagingBytes at a time, each piece's mapped pages handed back after it:
+                // the peak holds the stored model, not also the largest tensor's file pages.
+                std::size_t bytes = 0;
+                const unsigned char* from = file.stored_rows(p.name, file_row, rows, bytes);
+                unsigned char* to = slice.stored->stored_row(slice.first_row);
+                const std::size_t row_bytes = rows > 0 ? bytes / static_cast<std::size_t>(rows) : 0;
+                const Index chunk = std::max<Index>(1, static_cast<Index>(kStagingBytes / std::max<std::size_t>(1, row_bytes)));
+                for (Index r = 0; r < rows; r += chunk) {
+                    const Index n = std::min(chunk, rows - r);
+                    const std::size_t offset = static_cast<std::size_t>(r) * row_bytes;
+                    std::memcpy(to + offset, from + offset, static_cast<std::size_t>(n) * row_bytes);
+                    file.release_rows(p.name, file_row + r, n);
+                }
+            } else if (slice.stored != nullptr) {
+                const Index chunk = std::max<Index>(1, static_cast<Index>(kStagingBytes / sizeof(T)) / row_width);
+                staging.resize(static_cast<std::size_t>(std::min(chunk, rows) * row_width));
+                for (Index r = 0; r < rows; r += chunk) {
+                    const Index n = std::min(chunk, rows - r);
+                    file.read_rows_into<T>(p.name, p.shape, file_row + r, n, staging.data());
+                    file.release_rows(p.name, file_row + r, n);
+                    slice.template write_rows<FileError>(r, ConstRowMatrixMap<T>(staging.data(), n, slice.cols), what);
+                }
+            } else {
+                staging.resize(static_cast<std::size_t>(slice.rows * slice.cols));
+                file.read_rows_into<T>(p.name, p.shape, file_row, rows, staging.data());
+                slice.map() = ConstRowMatrixMap<T>(staging.data(), slice.rows, slice.cols);
+            }
+            file_row += rows;
         }
+        file.release(p.name);
     }
     return expected;
 }

@@ -45,12 +45,13 @@ struct DecoderLayer {
     SwiGlu<T> mlp;                        ///< `mlp.gate_proj`, `mlp.up_proj` [F x D], `mlp.down_proj` [D x F]
                                           ///< (+ `mlp.act_fn.*` with PolyNorm)
 
-    /// Layer `index` of a model (the index is the depth of lambda_init). Zero projections.
-    DecoderLayer(const ModelConfig& config, Index index)
+    /// Layer `index` of a model (the index is the depth of lambda_init). Zero projections, stored
+    /// in `weights` (stored_format).
+    DecoderLayer(const ModelConfig& config, Index index, WeightFormat weights = WeightFormat::f32)
         : input_layernorm(config.hidden_size, config.rms_norm_eps),
-          self_attn(config.attention_config(index)),
+          self_attn(config.attention_config(index), weights),
           post_attention_layernorm(config.hidden_size, config.rms_norm_eps),
-          mlp(config.hidden_size, config.intermediate_size, config.mlp_activation) {}
+          mlp(config.hidden_size, config.intermediate_size, config.mlp_activation, weights) {}
 
     /// The layer's tensors under `prefix` ("model.layers.<i>."), in model-file order.
     void collect_parameters(const std::string& prefix, ParameterList<T>& list) {

@@ -11,7 +11,9 @@
 
 #include "diffattn/core/checks.hpp"
 #include "diffattn/core/error.hpp"
+#include "diffattn/core/linear_weight.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/core/weight_format.hpp"
 #include "diffattn/io/safetensors.hpp"
 #include "diffattn/io/safetensors_checkpoint.hpp"
 #include "diffattn/layers/linear.hpp"
@@ -24,6 +26,7 @@
 #include "diffattn/model/decoder_layer.hpp"
 #include "diffattn/model/forward_state.hpp"
 #include "diffattn/model/kv_cache.hpp"
+#include "diffattn/model/load_options.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -38,18 +41,22 @@ using Token = std::int32_t;
 template <typename T>
 class DecoderModel {
 public:
-    WeightMatrix<T> embed_tokens;         ///< [V x D]  `model.embed_tokens.weight`
+    LinearWeight<T> embed_tokens;         ///< [V x D]  `model.embed_tokens.weight`
     std::vector<DecoderLayer<T>> layers;  ///< L layers, `model.layers.<i>.*`
     RmsNorm<T> norm;                      ///< [D]      `model.norm.weight`
-    WeightMatrix<T> lm_head;              ///< [V x D]  `lm_head.weight` (empty when tied)
+    LinearWeight<T> lm_head;              ///< [V x D]  `lm_head.weight` (empty when tied)
 
     /// A model of this configuration with zero projections and unit norm weights; validates it.
-    explicit DecoderModel(const ModelConfig& config) : config_(validated(config)) {
-        embed_tokens = WeightMatrix<T>(config_.vocab_size, config_.hidden_size);
+    /// Every 2-D weight is stored in stored_format(`weights`, its inputs), the output head (lm_head,
+    /// or the embedding table when tied) as an output head (docs/math.md §10).
+    explicit DecoderModel(const ModelConfig& config, WeightFormat weights = WeightFormat::f32)
+        : config_(validated(config)), weights_(weights) {
+        const Index V = config_.vocab_size, D = config_.hidden_size;
+        embed_tokens = LinearWeight<T>(V, D, stored_format(weights, D, config_.tie_word_embeddings));
         layers.reserve(static_cast<std::size_t>(config_.num_hidden_layers));
-        for (Index i = 0; i < config_.num_hidden_layers; ++i) layers.emplace_back(config_, i);
-        norm = RmsNorm<T>(config_.hidden_size, config_.rms_norm_eps);
-        if (!config_.tie_word_embeddings) lm_head = WeightMatrix<T>(config_.vocab_size, config_.hidden_size);
+        for (Index i = 0; i < config_.num_hidden_layers; ++i) layers.emplace_back(config_, i, weights);
+        norm = RmsNorm<T>(D, config_.rms_norm_eps);
+        if (!config_.tie_word_embeddings) lm_head = LinearWeight<T>(V, D, stored_format(weights, D, true));
     }
 
     /// Loads a model directory: config.json of our own format (docs/math.md §5) or of a released DiffLlama
@@ -67,6 +74,17 @@ public:
     /// loading takes the model's size in T plus about one tensor (docs/benchmarks.md, "Loading a
     /// checkpoint"). The checks and the copy: model/checkpoint_weights.hpp.
     static DecoderModel load(const std::filesystem::path& dir, std::vector<std::string>* warnings = nullptr) {
+        return load(dir, LoadOptions{}, warnings);
+    }
+
+    /// As above, each 2-D weight stored as `options` asks (LoadOptions, docs/math.md §10): converted
+    /// tensor by tensor from the mapped files, so that loading takes the stored model plus a few MB.
+    /// OptionError for a request that would quantize a quantized directory again (before anything
+    /// is allocated); FileError naming the file and the tensor for a weight the format cannot hold
+    /// (NaN or infinite in a block format; see LinearWeight::store_rows), found while reading.
+    /// A weight kept in f32 because its rows are not whole blocks is named in `warnings`.
+    static DecoderModel load(const std::filesystem::path& dir, const LoadOptions& options,
+                             std::vector<std::string>* warnings = nullptr) {
         detail::require_model_directory(dir);
         const std::filesystem::path config_path = dir / "config.json";
         const ModelConfig config = read_checkpoint_config(config_path, warnings);
@@ -74,21 +92,40 @@ public:
         // The count first: the table's size follows the layers config.json claims.
         detail::require_parameters_in_files(config, config_path, files);
         detail::check_checkpoint_tensors(config, tensor_table(config), files);
-        DecoderModel model(config);
+        DecoderModel model(config, detail::format_to_load(files, options));
         ParameterList<T> list = model.parameters();
         detail::read_parameters(list, files);
+        if (warnings != nullptr) model.warn_unblocked_weights(list, *warnings);
         return model;
     }
 
-    /// A model with seeded weights (init_parameters_uniform): the same numbers on every platform.
-    static DecoderModel seeded(const ModelConfig& config, std::uint64_t seed) {
-        DecoderModel model(config);
+    /// A model with seeded weights (init_parameters_uniform): the same numbers on every platform,
+    /// each 2-D weight stored in stored_format(`weights`, ...) (the seeded values encoded).
+    static DecoderModel seeded(const ModelConfig& config, std::uint64_t seed, WeightFormat weights = WeightFormat::f32) {
+        DecoderModel model(config, weights);
         ParameterList<T> parameters = model.parameters();
         init_parameters_uniform(parameters, seed);
         return model;
     }
 
     const ModelConfig& config() const { return config_; }
+    /// The weight format the model was built for (each weight's own: LinearWeight::format()).
+    WeightFormat weight_format() const { return weights_; }
+
+    /// Bytes the parameters occupy as stored: each 2-D weight in its format, the rest in T.
+    double stored_bytes() const {
+        double bytes = static_cast<double>(parameter_count()) * static_cast<double>(sizeof(T));  // all in T
+        const auto weigh = [&](const LinearWeight<T>& w) {  // ... but this weight in its format
+            bytes += w.stored_bytes() - static_cast<double>(w.rows() * w.cols()) * static_cast<double>(sizeof(T));
+        };
+        weigh(embed_tokens);
+        weigh(lm_head);
+        for (const DecoderLayer<T>& layer : layers) {
+            layer.self_attn.weights().for_each_projection(layer.self_attn.config(), weigh);
+            layer.mlp.for_each_projection(weigh);
+        }
+        return bytes;
+    }
 
     /// Number of parameters, ModelConfig::parameter_count() (docs/model.md).
     Index parameter_count() const { return config_.parameter_count(); }
@@ -275,6 +312,7 @@ private:
     static void list_tensors(const ModelConfig& config, ParameterList<T>& list, DecoderModel* model) {
         const Index V = config.vocab_size, D = config.hidden_size;
         list.add("model.embed_tokens.weight", V, D, model ? &model->embed_tokens : nullptr);
+        list.items().back().output_head = config.tie_word_embeddings;
         for (Index i = 0; i < config.num_hidden_layers; ++i) {
             const std::string prefix = "model.layers." + std::to_string(i) + ".";
             if (model != nullptr) {
@@ -284,14 +322,29 @@ private:
             }
         }
         list.add("model.norm.weight", D, model ? &model->norm.weight : nullptr);
-        if (!config.tie_word_embeddings) list.add("lm_head.weight", V, D, model ? &model->lm_head : nullptr);
+        if (!config.tie_word_embeddings) {
+            list.add("lm_head.weight", V, D, model ? &model->lm_head : nullptr);
+            list.items().back().output_head = true;
+        }
     }
 
     /// X_0 = embed_tokens[tokens] into the state's residual stream; returns its first N rows [N x D].
     auto embed(const std::vector<Token>& tokens, ForwardState<T>& state) const {
         auto x = state.x.topRows(static_cast<Index>(tokens.size()));
-        for (Index i = 0; i < x.rows(); ++i) x.row(i) = embed_tokens.row(tokens[static_cast<std::size_t>(i)]);
+        for (Index i = 0; i < x.rows(); ++i) embed_tokens.decode_rows(tokens[static_cast<std::size_t>(i)], 1, x.row(i));
         return x;
+    }
+
+    /// A warning for each 2-D weight stored in another format than the model's because its rows
+    /// are not whole blocks (stored_format).
+    void warn_unblocked_weights(const ParameterList<T>& list, std::vector<std::string>& warnings) const {
+        if (!is_block_format(weights_)) return;
+        for (const Parameter<T>& p : list) {
+            if (p.shape.size() != 2 || can_store(weights_, p.shape[1])) continue;
+            warnings.push_back(detail::concat("tensor \"", p.name, "\": its rows of ", p.shape[1],
+                                              " weights are not whole ", kWeightBlock, "-weight blocks of ",
+                                              to_string(weights_), "; stored as f32"));
+        }
     }
 
     /// logits = RMSNorm(X_L) lm_head^T (lm_head = embed_tokens when tied).
@@ -328,6 +381,7 @@ private:
     }
 
     ModelConfig config_;
+    WeightFormat weights_ = WeightFormat::f32;
 };
 
 }  // namespace diffattn

@@ -10,10 +10,13 @@
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/attention_checks.hpp"
+#include "diffattn/core/weight_panels.hpp"
+#include "diffattn/layers/few_rows_linear.hpp"
 #include "diffattn/model/config.hpp"
 #include "diffattn/model/decoder_layer.hpp"
 
 #include <cstddef>
+#include <memory>
 
 namespace diffattn {
 
@@ -35,7 +38,14 @@ struct ForwardState {
           logits(max_len, config.vocab_size),
           layer(config, max_len, threads),
           context_{detail::available_threads(threads)},
-          config_(config) {}
+          config_(config) {
+        // Calls of many rows decode stored weights a panel at a time (layers/linear.hpp): the
+        // panels' pages are touched only by a model whose weights are not all f32.
+        if (max_len >= detail::kFewRowsLinear) {
+            panels_ = std::make_unique<WeightPanels>(context_.threads, sizeof(T));
+            context_.panels = panels_.get();
+        }
+    }
 
     Index max_len() const { return x.rows(); }
     /// The configuration the buffers were made for.
@@ -102,6 +112,7 @@ private:
 
     ExecutionContext context_;  // threads fixed at construction: one kernel workspace each
     ModelConfig config_;        // what the buffers were sized for
+    std::unique_ptr<WeightPanels> panels_;  // context_.panels: on the heap, so a moved state keeps them
 };
 
 }  // namespace diffattn

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "diffattn/core/types.hpp"
+#include "diffattn/core/weight_blocks.hpp"
 #include "diffattn/io/detail/float_formats.hpp"
 #include "diffattn/io/safetensors_format.hpp"
 
@@ -15,6 +16,7 @@ namespace diffattn::detail {
 /// count) as T, exactly where T holds them (F16, BF16 and F32 always; F64 into double); F64 into
 /// float rounds to the nearest float. Returns the index of the first F64 element too large in
 /// magnitude for float (dst holds the elements before it), or -1 once every element is converted.
+/// U8 tensors hold weight blocks, which decode_weight_rows decodes.
 template <typename T>
 Index decode_tensor_elements(const unsigned char* src, SafetensorsDtype dtype, Index count, T* dst) {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "tensors decode to float or double");
@@ -43,8 +45,17 @@ Index decode_tensor_elements(const unsigned char* src, SafetensorsDtype dtype, I
                 }
             }
             break;
+        case SafetensorsDtype::u8: break;  // blocks: decode_weight_rows
     }
     return -1;
+}
+
+/// Decodes `rows` rows of `cols` weights stored as `format`'s blocks at `src` (row after row,
+/// row_bytes(format, cols) each) into dst [rows x cols] as T: the weights the blocks stand for.
+template <typename T>
+void decode_weight_rows(const unsigned char* src, WeightFormat format, Index rows, Index cols, T* dst) {
+    const Index bytes = row_bytes(format, cols, Index(sizeof(T)));
+    for (Index r = 0; r < rows; ++r) decode_row(format, src + r * bytes, cols, dst + r * cols);
 }
 
 }  // namespace diffattn::detail
