@@ -183,23 +183,26 @@ TEST_CASE("round_to_bf16 rounds floats to the nearest BF16 value as Eigen::bfloa
     // The packets' rounding of probabilities (the fold's): non-negative floats below 2^112 and NaN.
     using Packet = Eigen::internal::packet_traits<float>::type;
     constexpr Index lanes = Eigen::internal::unpacket_traits<Packet>::size;
-    std::vector<float> probabilities{0.0f, 1.0f, 1.00390625f, 1.01171875f, 0x1.00fffep0f, 0x1.ffffffp111f,
+    std::vector<float> probabilities{0.0f, 1.0f, 1.00390625f, 1.01171875f, 0x1.00fffep0f, 0x1.fffffep111f,
                                      std::numeric_limits<float>::denorm_min(), 0x1.0081p-130f,
                                      std::numeric_limits<float>::min(), std::numeric_limits<float>::quiet_NaN()};
     for (float x : values) {
-        if (std::isnan(x) || (x >= 0 && x < 0x1p112f)) probabilities.push_back(x);
+        if (std::isnan(x) || (!std::signbit(x) && x < 0x1p112f)) probabilities.push_back(x);
     }
     while (probabilities.size() % static_cast<std::size_t>(lanes) != 0) probabilities.push_back(0.5f);
     wrong = 0;
+    float first_wrong = 0;
     for (std::size_t i = 0; i < probabilities.size(); i += static_cast<std::size_t>(lanes)) {
         float out[lanes];
         Eigen::internal::pstoreu(out, detail::round_probabilities_to_bf16(
                                           Eigen::internal::ploadu<Packet>(probabilities.data() + i)));
         for (Index l = 0; l < lanes; ++l) {
             const float expected = detail::round_to_bf16(probabilities[i + static_cast<std::size_t>(l)]);
-            wrong += std::isnan(expected) ? !std::isnan(out[l]) : std::memcmp(&expected, &out[l], 4) != 0;
+            const bool differs = std::isnan(expected) ? !std::isnan(out[l]) : std::memcmp(&expected, &out[l], 4) != 0;
+            if (differs && wrong++ == 0) first_wrong = probabilities[i + static_cast<std::size_t>(l)];
         }
     }
+    CAPTURE(first_wrong);
     CHECK(wrong == 0);
     CHECK(detail::round_to_bf16(1.00390625f) == 1.0f);             // a tie rounds to the even neighbour
     CHECK(detail::round_to_bf16(1.01171875f) == 1.015625f);        // ... up, here

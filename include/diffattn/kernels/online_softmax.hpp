@@ -16,6 +16,7 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 namespace diffattn {
 
@@ -103,7 +104,7 @@ public:
                 const Index full_end = n / lanes * lanes;  // packets of visible keys only
                 for (Index j = 0; j < full_end; j += lanes) {
                     const Packet p = ei::pexp(ei::psub(ei::ploadu<Packet>(row + j), shift));
-                    ei::pstoreu(row + j, bf16 ? detail::round_probabilities_to_bf16(p) : p);
+                    ei::pstoreu(row + j, bf16 ? rounded_to_bf16(p) : p);
                     packet_sum = ei::padd(packet_sum, p);
                 }
                 if (full_end < n) ei::pstoreu(row + full_end, ei::pexp(ei::psub(ei::ploadu<Packet>(row + full_end), shift)));
@@ -113,7 +114,7 @@ public:
                 if (full_end < n) {
                     const Packet tail = ei::ploadu<Packet>(row + full_end);
                     packet_sum = ei::padd(packet_sum, tail);
-                    if (bf16) ei::pstoreu(row + full_end, detail::round_probabilities_to_bf16(tail));
+                    if (bf16) ei::pstoreu(row + full_end, rounded_to_bf16(tail));
                 }
                 const T rescale = rescale_[i];
                 row_sum_[i] = row_sum_[i] * rescale + ei::predux(packet_sum);
@@ -182,6 +183,15 @@ public:
     auto row_sums() const { return row_sum_.head(rows_); }
 
 private:
+    /// p rounded to BF16 (float states only: the BF16 products are float kernels').
+    template <typename Packet>
+    static Packet rounded_to_bf16(const Packet& p) {
+        if constexpr (std::is_same_v<T, float>) {
+            return detail::round_probabilities_to_bf16(p);
+        } else {
+            return p;
+        }
+    }
     auto accumulator() { return acc_.topLeftCorner(rows_, value_dim_); }
     auto accumulator() const { return acc_.topLeftCorner(rows_, value_dim_); }
 
