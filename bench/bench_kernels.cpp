@@ -22,6 +22,9 @@
 //                                   the kernels with BF16 products (AttentionOptions::compute) and
 //                                   the BF16 GEMM yardstick (bf16_gemm_yardstick.hpp: oneDNN's
 //                                   matmul or our own vdpbf16ps GEMM, the faster), register_bf16
+//   linear/N:<N>/in:<i>/out:<o>/weights:<f32|bf16>/threads:<T>/compute:<scalar|bf16_widened|bf16_dot>
+//                                   a prefill's projection (linear()) at Motif-2.6B's widths, in
+//                                   float and with BF16 products (docs/math.md §10.1), register_linear
 //
 // FLOPs counted (the useful work of the formula): QK^T and PV of every map, 2 flops per
 // multiply-add, S = N, causal counted half. DIFF = 2 maps of value width 2d; a GDA group = gr + 1
@@ -542,6 +545,59 @@ void register_bf16(const bench::BenchArgs& args, const std::vector<Index>& sizes
     }
 }
 
+/// One projection of a prefill: out [N x out] = x [N x in] W^T with W stored as `format`, under
+/// `compute`, with the run state's panels (WeightPanels, room for BF16 operands). Counters as
+/// run_and_report's (GFLOPs, vs_gemm), and for BF16 products vs_bf16_gemm and bf16_gemm_GFLOPs
+/// (report_bf16's); the label names the path taken.
+void run_linear(benchmark::State& state, Index n, Index in, Index out, diffattn::WeightFormat format, int threads,
+                Compute compute) {
+    const diffattn::RowMatrix<float> x = bench::random_matrix(n, in, 31);
+    diffattn::LinearWeight<float> w(out, in, format);
+    w = bench::random_matrix(out, in, 32, 0.05f);
+    diffattn::RowMatrix<float> y(n, out);
+    const diffattn::WeightPanels panels(threads, sizeof(float), compute != Compute::scalar);
+    diffattn::ExecutionContext context{threads, 0.0};
+    context.compute = compute;
+    context.panels = &panels;
+    const auto call = [&] {
+        diffattn::linear<float>(x, w, y, context);
+        benchmark::DoNotOptimize(y.data());
+    };
+    call();  // warm-up: faults the pages in
+    const double flops = 2.0 * double(n) * double(in) * double(out);
+    bench::run_and_report(state, flops, threads, call);
+    std::string label = std::string("products: ") + diffattn::to_string(diffattn::product_path(compute));
+    if (compute != Compute::scalar) {
+        const bench::Bf16GemmRate bf16 = bench::bf16_gemm_rate_equal_flops(flops, threads);
+        state.counters["bf16_gemm_GFLOPs"] = bf16.mean;
+        if (bf16.mean > 0) state.counters["vs_bf16_gemm"] = double(state.counters["GFLOPs"]) / bf16.mean;
+        label += "; " + bench::bf16_gemm_report(bf16);
+    }
+    state.SetLabel(label);
+}
+
+/// The projections of a Motif-2.6B prefill of 512 tokens: 2048 -> 8192 (the SwiGLU's gate and up)
+/// and 8192 -> 2048 (its down), f32 and bf16 weights, on 1 and 2 threads, in float and with BF16
+/// products by each path this CPU runs (run_linear).
+void register_linear(const bench::BenchArgs& args) {
+    std::vector<Compute> computes{Compute::scalar, Compute::bf16_widened};
+    if (diffattn::bf16_dot_available()) computes.push_back(Compute::bf16_dot);
+    for (auto [in, out] : {std::pair<Index, Index>{2048, 8192}, std::pair<Index, Index>{8192, 2048}}) {
+        for (diffattn::WeightFormat format : {diffattn::WeightFormat::f32, diffattn::WeightFormat::bf16}) {
+            for (int threads : {1, 2}) {
+                for (Compute compute : computes) {
+                    Name name("linear");
+                    name("N", 512)("in", in)("out", out)("weights", diffattn::to_string(format))("threads", threads)(
+                        "compute", diffattn::to_string(compute));
+                    bench::add(args, name, [in = in, out = out, format, threads, compute](benchmark::State& s) {
+                        run_linear(s, 512, in, out, format, threads, compute);
+                    });
+                }
+            }
+        }
+    }
+}
+
 void register_all(const bench::BenchArgs& args) {
     std::vector<Index> sizes;
     for (Index n = 512; n <= (args.quick ? 2048 : 16384); n *= 2) {
@@ -611,6 +667,7 @@ void register_all(const bench::BenchArgs& args) {
     }
     register_pairs(args, sizes);
     register_bf16(args, sizes);
+    register_linear(args);
 }
 
 }  // namespace

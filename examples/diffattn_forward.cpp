@@ -9,7 +9,7 @@
 //   diffattn-forward --logits out.safetensors  also write all logits as F32 tensor `logits` [tokens, vocab]
 //   diffattn-forward --threads 4               attention heads on 4 threads (OpenMP builds)
 //   diffattn-forward --precision double        compute in double instead of float
-//   diffattn-forward --compute bf16            the heads' prefill products on BF16 operands (docs/math.md §7.1)
+//   diffattn-forward --compute bf16            a prefill's products on BF16 operands (docs/math.md §7.1, §10.1)
 //   diffattn-forward --weights q8_0            store every 2-D weight as bf16, q8_0 or q4_0 (f32:
 //                                              the model's scalar; default: as DIR stores them)
 //   diffattn-forward --generate 16             greedy continuation by 16 tokens with a KV cache,
@@ -152,11 +152,11 @@ void print_help(std::ostream& out) {
            "  --threads T        run attention heads on T threads (OpenMP builds; default 1).\n"
            "                     The results do not depend on T.\n"
            "  --precision P      float (default) or double.\n"
-           "  --compute C        the products of the attention heads over 8 or more tokens (the\n"
-           "                     forward, a prefill): f32 (default; the model's own scalar) or\n"
-           "                     bf16 (Q, K, probabilities and V rounded to 8 significant bits,\n"
-           "                     fp32 sums: docs/math.md §7.1; --precision float only). Prints\n"
-           "                     which products this CPU runs.\n"
+           "  --compute C        the products of a prefill (the forward): its attention heads'\n"
+           "                     over 8 or more tokens and its projections over 16 or more: f32\n"
+           "                     (default; the model's own scalar) or bf16 (the operands rounded\n"
+           "                     to 8 significant bits, fp32 sums: docs/math.md §7.1, §10.1;\n"
+           "                     --precision float only). Prints which products this CPU runs.\n"
            "  --weights F        store every 2-D weight (projections, embeddings, output head) as\n"
            "                     f32 (the --precision scalar), bf16, q8_0 or q4_0 (llama.cpp's\n"
            "                     blocks; docs/model.md, \"Weight formats\"). Default: as the\n"
@@ -495,7 +495,8 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
     std::cout << "threads: " << threads << "\n";
     if (options.compute != Compute::scalar) {
         std::cout << "compute: bf16 (" << to_string(product_path(options.compute))
-                  << " products; calls of fewer than " << kMinPackedRows << " tokens in float)\n";
+                  << " products; attention calls of fewer than " << kMinPackedRows << " tokens and projections of fewer than "
+                  << detail::kFewRowsLinear << " in float)\n";
     }
     if (options.prompt) std::cout << "prompt: " << *options.prompt << "\n";
     std::cout << "tokens (" << n << "):";

@@ -14,6 +14,7 @@
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/kernels/gda_attention.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
+#include "diffattn/layers/linear.hpp"
 #include "diffattn/model/checkpoint_config.hpp"
 #include "diffattn/model/generate.hpp"
 #include "diffattn/model/generation_config.hpp"
@@ -901,6 +902,13 @@ TEST_CASE("BF16 products where they cannot run", "[catalogue][options]") {
     } else {
         CHECK_ERROR(OptionError, softmax_attention(qf, qf, vf, outf, o), "compute bf16_dot needs a CPU with AVX512-BF16");
     }
+    // A projection of many rows in double asked for BF16 products (a decode step's few rows never round).
+    const RowMatrix<double> x = random_matrix<double>(16, 4, 4), w = random_matrix<double>(3, 4, 5);
+    RowMatrix<double> y(16, 3);
+    ExecutionContext bf16_context;
+    bf16_context.compute = Compute::bf16;
+    CHECK_ERROR(OptionError, linear<double>(x, w, y, bf16_context),
+                "linear: compute bf16 needs a float kernel; this one computes in double");
     // A model: the state refuses before any forward.
     const DecoderModel<double> model = DecoderModel<double>::seeded(tiny(AttentionKind::diff), 1);
     ForwardState<double> state = model.make_state(4);

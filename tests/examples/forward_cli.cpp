@@ -454,7 +454,7 @@ TEST_CASE("diffattn-forward: Motif-2 checkpoints give the golden logits (--logit
     }
 }
 
-TEST_CASE("diffattn-forward: --compute bf16 runs the heads' prefill on BF16 products and says which",
+TEST_CASE("diffattn-forward: --compute bf16 runs the prefill on BF16 products and says which",
           "[examples][cli][bf16]") {
     check_refused(run_forward({"--compute", "fp32"}), {"--compute must be f32 or bf16, got \"fp32\""});
     check_refused(run_forward({"--compute", "bf16", "--precision", "double"}), {"--compute bf16 needs --precision float"});

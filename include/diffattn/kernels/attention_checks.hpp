@@ -10,7 +10,7 @@
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/key_rows.hpp"
 #include "diffattn/kernels/options.hpp"
-#include "diffattn/kernels/packed_tiles.hpp"
+#include "diffattn/kernels/product_path.hpp"
 
 #include <cmath>
 #include <optional>
@@ -26,26 +26,6 @@ struct ResolvedOptions {
     int threads;      ///< threads this build will use (1 without OpenMP)
     ProductPath products = ProductPath::scalar;  ///< how the tiled core multiplies (packed_tiles.hpp)
 };
-
-/// The products of a fast kernel computing in T under `compute` (docs/math.md §7.1): OptionError for a
-/// BF16 mode of a double kernel, for bf16_dot where `dot_available` is false (this CPU or build has
-/// no vdpbf16ps: bf16_dot_available()), and for an unknown mode.
-template <typename T>
-ProductPath resolve_products(const char* function, Compute compute, bool dot_available) {
-    switch (compute) {
-        case Compute::scalar: return ProductPath::scalar;
-        case Compute::bf16:
-        case Compute::bf16_dot:
-        case Compute::bf16_widened: break;
-        default: throw OptionError(concat(function, ": unknown Compute value"));
-    }
-    require<OptionError>(std::is_same_v<T, float>, function, ": compute ", to_string(compute),
-                         " needs a float kernel; this one computes in double");
-    require<OptionError>(compute != Compute::bf16_dot || dot_available, function,
-                         ": compute bf16_dot needs a CPU with AVX512-BF16 (vdpbf16ps), which this one lacks; "
-                         "compute bf16 takes the products this CPU has");
-    return product_path(compute, dot_available);
-}
 
 /// Q [N x d], K [S x d], V [S x dv]: the head dims of Q and K agree, K and V have S rows, and S >= N
 /// (the keys include every query). names: how the function's documentation names q, k, v.

@@ -10,11 +10,10 @@
 // (a product of two BF16 values is exact in fp32). Only float kernels take them.
 #pragma once
 
-#include "diffattn/core/compute.hpp"
-#include "diffattn/core/cpu_features.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/bf16_dot.hpp"
 #include "diffattn/kernels/bf16_rounding.hpp"
+#include "diffattn/kernels/product_path.hpp"
 #include "diffattn/kernels/key_rows.hpp"
 #include "diffattn/kernels/tile_product.hpp"
 #include "diffattn/kernels/tiling.hpp"
@@ -27,56 +26,6 @@
 #include <type_traits>
 
 namespace diffattn {
-
-/// How the tiled core multiplies, resolved from AttentionOptions::compute for the CPU in hand.
-enum class ProductPath { scalar, bf16_widened, bf16_dot };
-
-inline const char* to_string(ProductPath path) {
-    switch (path) {
-        case ProductPath::scalar: return "scalar";
-        case ProductPath::bf16_widened: return "bf16_widened";
-        case ProductPath::bf16_dot: return "bf16_dot";
-    }
-    return "unknown";
-}
-
-/// Whether this build and CPU can take the bf16_dot path.
-inline bool bf16_dot_available() {
-#if defined(DIFFATTN_X86_TARGETS)
-    return detail::cpu_has_avx512_bf16();
-#else
-    return false;
-#endif
-}
-
-/// The path Compute::bf16 takes on a CPU that has vdpbf16ps or not (`dot_available`): vdpbf16ps
-/// where it runs at full rate, else the widened products. On Intel's cores vdpbf16ps does half the
-/// multiply-adds of fp32 FMAs in the same time (docs/benchmarks.md, "BF16 products"), so the widened
-/// products, at the FMAs' rate, are faster there.
-inline ProductPath automatic_bf16_path(bool dot_available = bf16_dot_available()) {
-    return dot_available && !detail::cpu_is_intel() ? ProductPath::bf16_dot : ProductPath::bf16_widened;
-}
-
-/// The path of a compute mode that the call's checks accepted (attention_checks.hpp's resolve_products).
-inline ProductPath product_path(Compute compute, bool dot_available = bf16_dot_available()) {
-    switch (compute) {
-        case Compute::scalar: return ProductPath::scalar;
-        case Compute::bf16: return automatic_bf16_path(dot_available);
-        case Compute::bf16_dot: return ProductPath::bf16_dot;
-        case Compute::bf16_widened: return ProductPath::bf16_widened;
-    }
-    return ProductPath::scalar;
-}
-
-/// The compute mode that takes `path` on any CPU where the path runs.
-inline Compute compute_of(ProductPath path) {
-    switch (path) {
-        case ProductPath::scalar: break;
-        case ProductPath::bf16_widened: return Compute::bf16_widened;
-        case ProductPath::bf16_dot: return Compute::bf16_dot;
-    }
-    return Compute::scalar;
-}
 
 /// Operands of the tiled core's products, each packed once and reused by every product that reads
 /// it, for the call's path (AttentionWorkspace::reserve sets it before the call runs).
@@ -242,15 +191,9 @@ struct PackedTiles {
 private:
     bool dot() const { return std::is_same_v<T, float> && path == ProductPath::bf16_dot; }
     static Index words(Index n) { return (n + 1) / 2; }
-    /// A packing's entries rounded to BF16 (the widened path; float kernels only): by
-    /// vcvtne2ps2bf16 where the CPU has it (a third of the instructions), else portably.
+    /// A packing's entries rounded to BF16 (the widened path; float kernels only).
     static void round_in_place(T* p, Index n) {
-        if constexpr (std::is_same_v<T, float>) {
-#if defined(DIFFATTN_X86_TARGETS)
-            if (bf16_dot_available()) return detail::bf16_dot::round_in_place(p, n);
-#endif
-            detail::round_to_bf16_in_place(p, n);
-        }
+        if constexpr (std::is_same_v<T, float>) detail::round_operands_to_bf16(p, n);
         (void)p, (void)n;
     }
     static Index columns(Index n) { return (n + 15) / 16 * 16; }

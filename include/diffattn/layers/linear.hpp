@@ -7,12 +7,15 @@
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/core/weight_panels.hpp"
+#include "diffattn/kernels/product_path.hpp"
+#include "diffattn/layers/bf16_linear.hpp"
 #include "diffattn/layers/few_rows_linear.hpp"
 #include "diffattn/layers/stored_weight_dots.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <type_traits>
 
 namespace diffattn {
 
@@ -102,11 +105,18 @@ struct LinearProduct {
 ///            threads (OpenMP builds), but on fewer, down to one, when the products have less than
 ///            context.min_parallel_flops flops per thread (a few-rows product counts
 ///            flops_per_weight_read per weight it reads). Results do not depend on the thread count.
+///            context.compute: a BF16 mode makes the products of many rows BF16 products
+///            (detail::linear_block_bf16, docs/math.md §10.1; float only: OptionError for a double
+///            product, and for bf16_dot on a CPU without it); a decode step stays in T.
 template <typename T, std::size_t K>
 void linear_each(const ConstMatrixRef<T>& x, const LinearProduct<T> (&products)[K],
                  const ExecutionContext& context = {}) {
     const Index tokens = x.rows();
     const bool few_rows = tokens < detail::kFewRowsLinear;
+    const ProductPath path = context.compute == Compute::scalar || few_rows
+                                 ? ProductPath::scalar
+                                 : detail::resolve_products<T>("linear", context.compute, bf16_dot_available());
+    const bool bf16 = path != ProductPath::scalar;
     double work = 0;
     bool stored = false;  // a weight in another format than f32
     for (const LinearProduct<T>& product : products) {
@@ -126,8 +136,10 @@ void linear_each(const ConstMatrixRef<T>& x, const LinearProduct<T> (&products)[
     // Panels for the stored weights of a call of many rows: the context's, or the call's own.
     WeightPanels own_panels;
     const WeightPanels* panels = context.panels;
-    if (stored && !few_rows && (panels == nullptr || panels->threads() < team || !panels->holds(sizeof(T)))) {
-        own_panels = WeightPanels(team, sizeof(T));
+    if ((stored || bf16) && !few_rows &&
+        (panels == nullptr || panels->threads() < team || !panels->holds(sizeof(T)) ||
+         (bf16 && !panels->holds_bf16_operands()))) {
+        own_panels = WeightPanels(team, sizeof(T), bf16);
         panels = &own_panels;
     }
     const Index token_block = detail::linear_block(tokens, detail::kLinearBlockTarget, 1);
@@ -163,6 +175,11 @@ void linear_each(const ConstMatrixRef<T>& x, const LinearProduct<T> (&products)[
             detail::few_rows_linear<T>(x, w.matrix(), out, first_feature, first_feature + columns);
         } else if (few_rows) {
             detail::stored_few_rows_linear<T>(x, w, out, first_feature, first_feature + columns);
+        } else if (bf16) {
+            if constexpr (std::is_same_v<T, float>) {
+                detail::linear_block_bf16(x, w, out, first_token, rows, first_feature, columns, path,
+                                          panels->template panel<T>(thread), panels->operands(thread));
+            }
         } else if (w.format == WeightFormat::f32) {
             out.block(first_token, first_feature, rows, columns).noalias() =
                 x.middleRows(first_token, rows) * w.matrix().middleRows(first_feature, columns).transpose();
