@@ -1,4 +1,4 @@
-// Projections with BF16 products (layers/bf16_linear.hpp, docs/math.md §10.1): every path this CPU
+// Projections with BF16 products (layers/panel_products.hpp, docs/math.md §10.1): every path this CPU
 // runs, every weight format, against sums in double of the operands rounded to BF16.
 #include "naive_reference.hpp"
 

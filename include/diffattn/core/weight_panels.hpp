@@ -1,6 +1,6 @@
 // Per-thread buffers in which a product of many rows decodes a panel of stored weights (bf16,
 // q8_0, q4_0) into the scalar its GEMM multiplies (layers/linear.hpp), and, for BF16 products
-// (layers/bf16_linear.hpp), rounds or packs a chunk of its input rows beside it: allocated once
+// (layers/panel_products.hpp), rounds or packs a chunk of its input rows beside it: allocated once
 // with the run state that owns them (model/forward_state.hpp), so that a prefill allocates nothing.
 //
 // The buffers are never written until a product uses them, so a run state of a model whose weights

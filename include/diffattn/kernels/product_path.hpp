@@ -1,7 +1,7 @@
 // How a call's BF16 products are taken on the CPU in hand (docs/math.md §7.1, §10.1): the
 // ProductPath a Compute mode resolves to, the one check of a mode against the kernel's scalar and
 // the CPU, and the rounding of operands to BF16. The tiled attention core (packed_tiles.hpp) and
-// the projections of many rows (layers/bf16_linear.hpp) both resolve their products here.
+// the projections of many rows (layers/panel_products.hpp) both resolve their products here.
 #pragma once
 
 #include "diffattn/core/checks.hpp"
