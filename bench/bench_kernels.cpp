@@ -18,6 +18,13 @@
 //   pair/what:<what>/N:<N>/d:<d>/mask:<m>
 //                                   two of the above timed call for call in alternation (run_pair,
 //                                   register_pairs): the ratio targets at N 1024..4096
+//   <family>_bf16/.../products:<dot|widened>, bf16_gemm/..., pair/what:bf16_...
+//                                   the kernels with BF16 products (AttentionOptions::compute) and
+//                                   the BF16 GEMM yardstick (bf16_gemm_yardstick.hpp: oneDNN's
+//                                   matmul or our own vdpbf16ps GEMM, the faster), register_bf16
+//   linear/N:<N>/in:<i>/out:<o>/weights:<f32|bf16>/threads:<T>/compute:<scalar|bf16_widened|bf16_dot>
+//                                   a prefill's projection (linear()) at Motif-2.6B's widths, in
+//                                   float and with BF16 products (docs/math.md §10.1), register_linear
 //
 // FLOPs counted (the useful work of the formula): QK^T and PV of every map, 2 flops per
 // multiply-add, S = N, causal counted half. DIFF = 2 maps of value width 2d; a GDA group = gr + 1
@@ -30,12 +37,14 @@
 //
 // Flags (besides Google Benchmark's): --quick (N 512..2048, short runs), --max-n=N.
 #include "bench_common.hpp"
+#include "bf16_gemm_yardstick.hpp"
 
 #include <diffattn/diffattn.hpp>
 
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -46,6 +55,7 @@ namespace {
 using bench::Index;
 using bench::Matrix;
 using bench::Name;
+using diffattn::Compute;
 using diffattn::DintIntegral;
 
 /// The reference materialises several N x N float maps; it runs only while they fit in this.
@@ -61,6 +71,7 @@ struct Case {
     int threads = 1;
     Index gr = 4;     // gda: signal heads of the group
     Index heads = 1;  // diff: heads run one after another (gda_vs_diff's gr DIFF heads)
+    Compute compute = Compute::scalar;  ///< bf16_dot / bf16_widened: the *_bf16 families
 
     Index value_dim() const { return kind == Kind::softmax ? d : 2 * d; }
     double flops() const {
@@ -74,13 +85,21 @@ struct Case {
         return 0;
     }
     std::string family() const {
+        const std::string suffix = compute == Compute::scalar ? "" : "_bf16";
         switch (kind) {
-            case Kind::softmax: return "softmax";
-            case Kind::diff: return heads == 1 ? "diff" : "diff_heads";
-            case Kind::dint: return std::string("dint_") + diffattn::to_string(integral);
-            case Kind::gda: return "gda";
+            case Kind::softmax: return "softmax" + suffix;
+            case Kind::diff: return (heads == 1 ? "diff" : "diff_heads") + suffix;
+            case Kind::dint: return std::string("dint_") + diffattn::to_string(integral) + suffix;
+            case Kind::gda: return "gda" + suffix;
         }
         return "?";
+    }
+    /// "dot" or "widened" for the BF16 families (their products: docs/math.md §7.1).
+    const char* products() const { return compute == Compute::bf16_dot ? "dot" : "widened"; }
+    /// Logits of the maps the products make (softmax 1, DIFF 2), S = N, causal counted half.
+    double logits() const {
+        const double one = double(n) * double(n) * (causal ? 0.5 : 1.0);
+        return kind == Kind::softmax ? one : 2 * one;
     }
     /// N x N float matrices the reference holds at its peak (logits, maps, combined, integral).
     double reference_bytes() const {
@@ -91,12 +110,14 @@ struct Case {
         Name name(family_name);
         if (kind == Kind::gda) name("gr", gr);
         name("N", n)("d", d)("mask", causal ? "causal" : "none")("threads", threads);
+        if (compute != Compute::scalar) name("products", products());
         return name;
     }
     diffattn::AttentionOptions options() const {
         diffattn::AttentionOptions options;
         options.mask = causal ? diffattn::MaskKind::causal : diffattn::MaskKind::none;
         options.threads = threads;
+        options.compute = compute;
         return options;
     }
 };
@@ -148,11 +169,107 @@ std::pair<std::function<void()>, double> gemm_call(const Case& c) {
     return {[problem, threads] { problem->multiply(threads); }, problem->flops()};
 }
 
+/// Seconds per logit of the online softmax's own work (OnlineSoftmaxState::fold: the max, the exp,
+/// the sum and the rescale of a block's accumulator rows of width `value_dim`) on an unmasked tile
+/// of kQueryTile x kKeyTile logits: the fastest of 20 runs of 50 folds, measured once per width.
+/// After the first fold the tile holds probabilities and the row max stays put, as in a long row.
+double fold_seconds_per_logit(Index value_dim) {
+    static std::map<Index, double> cache;
+    double& seconds = cache[value_dim];
+    if (seconds > 0) return seconds;
+    using diffattn::kKeyTile;
+    using diffattn::kQueryTile;
+    diffattn::OnlineSoftmaxState<float> softmax;
+    softmax.reserve(kQueryTile, value_dim);
+    softmax.reset(kQueryTile, value_dim);
+    diffattn::RowMatrix<float> tile = bench::random_matrix(kQueryTile, kKeyTile, 23) * 3.0f;
+    const auto visible = [](Index) { return kKeyTile; };
+    double fastest = std::numeric_limits<double>::infinity();
+    for (int run = 0; run < 20; ++run) {
+        fastest = std::min(fastest, bench::time_call([&] {
+            for (int f = 0; f < 50; ++f) softmax.fold(0, tile.topLeftCorner(kQueryTile, kKeyTile), false, visible);
+            benchmark::DoNotOptimize(tile.data());
+        }));
+    }
+    seconds = fastest / (50.0 * double(kQueryTile * kKeyTile));
+    return seconds;
+}
+
+/// The counters of a BF16 kernel beside the GFLOPs that run_and_report set:
+///   vs_bf16_gemm      GFLOPs over the BF16 GEMM yardstick's mean rate (bf16_gemm_yardstick.hpp)
+///   bf16_gemm_GFLOPs  that denominator
+///   bound_GFLOPs      softmax and DIFF: the rate the kernel could reach if its products ran at
+///                     the rate of their own GEMM (bf16_dot: the BF16 yardstick; bf16_widened:
+///                     SGEMM) and the online softmax took its own time per logit on top
+///                     (fold_seconds_per_logit): flops / (flops / products' rate + logits t_fold)
+///   bound_share       GFLOPs over bound_GFLOPs
+/// and a label saying which products and which BF16 GEMM ran.
+void report_bf16(benchmark::State& state, const Case& c) {
+    const bench::Bf16GemmRate bf16 = bench::bf16_gemm_rate_equal_flops(c.flops(), c.threads);
+    const double rate = double(state.counters["GFLOPs"]);
+    state.counters["bf16_gemm_GFLOPs"] = bf16.mean;
+    if (bf16.mean > 0) state.counters["vs_bf16_gemm"] = rate / bf16.mean;
+    if (c.kind != Kind::dint) {
+        const double products = c.compute == Compute::bf16_dot ? bf16.mean : double(state.counters["gemm_GFLOPs"]);
+        if (products > 0) {
+            const double seconds = c.flops() / (products * 1e9) + c.logits() * fold_seconds_per_logit(c.value_dim());
+            state.counters["bound_GFLOPs"] = c.flops() / seconds / 1e9;
+            state.counters["bound_share"] = rate / (c.flops() / seconds / 1e9);
+        }
+    }
+    state.SetLabel(std::string("products: bf16_") + c.products() + "; " + bench::bf16_gemm_report(bf16));
+}
+
 void run_kernel(benchmark::State& state, const Case& c) {
     const std::function<void()> call = kernel_call(c);
     call();  // warm-up: sizes the workspace, faults the pages in
     bench::run_and_report(state, c.flops(), c.threads, call);
+    if (c.compute != Compute::scalar) report_bf16(state, c);
 }
+
+/// The BF16 GEMM yardstick with the flops of a softmax map of (N, d, mask); vs_gemm: over SGEMM.
+void run_bf16_gemm(benchmark::State& state, const Case& c) {
+    const Index edge = bench::gemm_edge_for(c.flops());
+    const bench::Bf16GemmRate bf16 = bench::bf16_gemm_rate_for_edge(edge, c.threads);
+    if (bf16.mean == 0) {
+        state.SkipWithError("no BF16 GEMM on this CPU and build");
+        return;
+    }
+    const double flops = bench::bf16_gemm_multiply(edge, c.threads);
+    state.counters["edge"] = double(edge);
+    state.counters["dnnl_GFLOPs"] = bf16.dnnl_mean;
+    state.counters["own_GFLOPs"] = bf16.own_mean;
+    bench::run_and_report(state, flops, c.threads, [&] { bench::bf16_gemm_multiply(edge, c.threads); });
+    state.SetLabel(bench::bf16_gemm_report(bf16));
+}
+
+#if defined(DIFFATTN_X86_TARGETS)
+/// Register-only vdpbf16ps work of `flops` flops (2 per multiply-add, 32 multiply-adds an
+/// instruction) on `threads` threads: the rate of the BF16 products' instruction, beside fma_work's.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) float dpbf16_chains(long iterations, int seed) {
+    constexpr int chains = 12;
+    __m512 acc[chains];
+    for (int c = 0; c < chains; ++c) acc[c] = _mm512_set1_ps(float(seed + c));
+    __m512bh a = (__m512bh)_mm512_set1_epi32(0x3e813f05), b = (__m512bh)_mm512_set1_epi32(0x3f413d80);
+    for (long i = 0; i < iterations; ++i) {
+        for (int c = 0; c < chains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
+        __asm__ volatile("" : "+v"(a));  // a new operand each round: the loop is not folded away
+    }
+    __m512 sum = acc[0];
+    for (int c = 1; c < chains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+    return _mm512_reduce_add_ps(sum);
+}
+
+void dpbf16_work(double flops, int threads) {
+    const long iterations = long(flops / (2.0 * 32 * 12) / threads);
+    float total = 0;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) reduction(+ : total)
+#endif
+    for (int t = 0; t < threads; ++t) total += dpbf16_chains(iterations, t);
+    benchmark::DoNotOptimize(total);
+}
+#endif
 
 void run_reference(benchmark::State& state, const Case& c) {
     Inputs in(c);
@@ -212,10 +329,11 @@ void fma_work(double flops, int threads) {
     benchmark::DoNotOptimize(total);
 }
 
-/// One side of a paired benchmark: a kernel case, the GEMM of a softmax case's flops, or FMA work
-/// of the case's flops on its threads.
+/// One side of a paired benchmark: a kernel case, the GEMM of a softmax case's flops, FMA work
+/// of the case's flops on its threads, the BF16 GEMM yardstick of the case's flops, or vdpbf16ps
+/// work of its flops (dpbf16_work).
 struct Side {
-    enum class Source { kernel, gemm, fma };
+    enum class Source { kernel, gemm, fma, bf16_gemm, dpbf16 };
     Case c;
     Source source = Source::kernel;
 };
@@ -242,6 +360,21 @@ void run_pair(benchmark::State& state, const Side& first, const Side& second, bo
                 const double flops = side.c.flops();
                 const int threads = side.c.threads;
                 return {[flops, threads] { fma_work(flops, threads); }, flops};
+            }
+            case Side::Source::bf16_gemm: {
+                const Index edge = bench::gemm_edge_for(side.c.flops());
+                const int threads = side.c.threads;
+                const double flops = bench::bf16_gemm_multiply(edge, threads);
+                return {[edge, threads] { bench::bf16_gemm_multiply(edge, threads); }, flops};
+            }
+            case Side::Source::dpbf16: {
+                const double flops = side.c.flops();
+                const int threads = side.c.threads;
+#if defined(DIFFATTN_X86_TARGETS)
+                return {[flops, threads] { dpbf16_work(flops, threads); }, flops};
+#else
+                return {[] {}, flops};
+#endif
             }
             case Side::Source::kernel: break;
         }
@@ -349,6 +482,122 @@ void register_pairs(const bench::BenchArgs& args, const std::vector<Index>& size
     }
 }
 
+/// The BF16 products (docs/math.md §7.1; docs/benchmarks.md, "BF16 products") at N 1024 to 4096,
+/// causal (global_mean: none), d 64 and 128, for each way this CPU multiplies in BF16 (products
+/// widened; dot where it has AVX512-BF16), on 1 and 2 threads:
+///   <family>_bf16/N/d/mask/threads/products:<p>   softmax, DIFF and every DINT mode (run_kernel:
+///                                                 vs_bf16_gemm, bound_share)
+///   bf16_gemm/N/d/mask/threads                    the BF16 GEMM yardstick of a softmax map's flops
+/// and the pairs (ratio as run_pair's; "_2thr": both sides on 2 threads):
+///   product_rate[_2thr]                  FMA work vs vdpbf16ps work: vdpbf16ps's flop rate over the FMA's
+///   bf16_<p>_speedup_<family>[_2thr]     the float kernel vs the BF16 one: the BF16 speed-up
+///   bf16_gemm_vs_<family>_<p>[_2thr]     the BF16 GEMM vs the BF16 kernel: the kernel's rate over the GEMM's
+///   dint_<mode>_vs_diff_bf16_<p>         DINT vs DIFF, both BF16, 1 thread: the time ratio
+void register_bf16(const bench::BenchArgs& args, const std::vector<Index>& sizes) {
+    std::vector<Compute> products{Compute::bf16_widened};
+    if (diffattn::bf16_dot_available()) products.push_back(Compute::bf16_dot);
+    const auto make = [](Kind kind, Index n, Index d, bool causal, int threads, Compute compute,
+                         DintIntegral integral = DintIntegral::causal_softmax) {
+        Case c{kind, integral, n, d, causal, threads};
+        c.compute = compute;
+        return c;
+    };
+    const auto add_pair = [&](const std::string& what, const Side& first, const Side& second) {
+        Name name("pair");
+        name("what", what + (first.c.threads > 1 ? "_2thr" : ""))("N", first.c.n)("d", first.c.d)(
+            "mask", first.c.causal ? "causal" : "none");
+        bench::add(args, name, [first, second](benchmark::State& s) { run_pair(s, first, second); });
+    };
+    using Source = Side::Source;
+    for (Index n : sizes) {
+        if (n < 1024 || n > 4096) continue;
+        for (int threads : {1, 2}) {
+            if (n == 1024 && diffattn::bf16_dot_available()) {
+                add_pair("product_rate", {make(Kind::softmax, n, 128, true, threads, Compute::scalar), Source::fma},
+                         {make(Kind::softmax, n, 128, true, threads, Compute::scalar), Source::dpbf16});
+            }
+            for (Index d : {64, 128}) {
+                const Case gemm = make(Kind::softmax, n, d, true, threads, Compute::scalar);
+                bench::add(args, gemm.name("bf16_gemm"), [gemm](benchmark::State& s) { run_bf16_gemm(s, gemm); });
+                for (Compute compute : products) {
+                    const std::string p = compute == Compute::bf16_dot ? "dot" : "widened";
+                    for (Kind kind : {Kind::softmax, Kind::diff}) {
+                        const Case bf16 = make(kind, n, d, true, threads, compute);
+                        bench::add(args, bf16.name(bf16.family()), [bf16](benchmark::State& s) { run_kernel(s, bf16); });
+                        const std::string family = kind == Kind::softmax ? "softmax" : "diff";
+                        add_pair("bf16_" + p + "_speedup_" + family, {make(kind, n, d, true, threads, Compute::scalar)},
+                                 {bf16});
+                        add_pair("bf16_gemm_vs_" + family + "_" + p, {bf16, Source::bf16_gemm}, {bf16});
+                    }
+                    for (auto [integral, causal] : {std::pair{DintIntegral::causal_softmax, true},
+                                                    std::pair{DintIntegral::causal_mean, true},
+                                                    std::pair{DintIntegral::global_mean, false}}) {
+                        const Case dint = make(Kind::dint, n, d, causal, threads, compute, integral);
+                        bench::add(args, dint.name(dint.family()), [dint](benchmark::State& s) { run_kernel(s, dint); });
+                        if (threads == 1) {
+                            add_pair("dint_" + std::string(diffattn::to_string(integral)) + "_vs_diff_bf16_" + p, {dint},
+                                     {make(Kind::diff, n, d, causal, 1, compute)});
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One projection of a prefill: out [N x out] = x [N x in] W^T with W stored as `format`, under
+/// `compute`, with the run state's panels (WeightPanels, room for BF16 operands). Counters as
+/// run_and_report's (GFLOPs, vs_gemm), and for BF16 products vs_bf16_gemm and bf16_gemm_GFLOPs
+/// (report_bf16's); the label names the path taken.
+void run_linear(benchmark::State& state, Index n, Index in, Index out, diffattn::WeightFormat format, int threads,
+                Compute compute) {
+    const diffattn::RowMatrix<float> x = bench::random_matrix(n, in, 31);
+    diffattn::LinearWeight<float> w(out, in, format);
+    w = bench::random_matrix(out, in, 32, 0.05f);
+    diffattn::RowMatrix<float> y(n, out);
+    const diffattn::WeightPanels panels(threads, sizeof(float), compute != Compute::scalar);
+    diffattn::ExecutionContext context{threads, 0.0};
+    context.compute = compute;
+    context.panels = &panels;
+    const auto call = [&] {
+        diffattn::linear<float>(x, w, y, context);
+        benchmark::DoNotOptimize(y.data());
+    };
+    call();  // warm-up: faults the pages in
+    const double flops = 2.0 * double(n) * double(in) * double(out);
+    bench::run_and_report(state, flops, threads, call);
+    std::string label = std::string("products: ") + diffattn::to_string(diffattn::product_path(compute));
+    if (compute != Compute::scalar) {
+        const bench::Bf16GemmRate bf16 = bench::bf16_gemm_rate_equal_flops(flops, threads);
+        state.counters["bf16_gemm_GFLOPs"] = bf16.mean;
+        if (bf16.mean > 0) state.counters["vs_bf16_gemm"] = double(state.counters["GFLOPs"]) / bf16.mean;
+        label += "; " + bench::bf16_gemm_report(bf16);
+    }
+    state.SetLabel(label);
+}
+
+/// The projections of a Motif-2.6B prefill of 512 tokens: 2048 -> 8192 (the SwiGLU's gate and up)
+/// and 8192 -> 2048 (its down), f32 and bf16 weights, on 1 and 2 threads, in float and with BF16
+/// products by each path this CPU runs (run_linear).
+void register_linear(const bench::BenchArgs& args) {
+    std::vector<Compute> computes{Compute::scalar, Compute::bf16_widened};
+    if (diffattn::bf16_dot_available()) computes.push_back(Compute::bf16_dot);
+    for (auto [in, out] : {std::pair<Index, Index>{2048, 8192}, std::pair<Index, Index>{8192, 2048}}) {
+        for (diffattn::WeightFormat format : {diffattn::WeightFormat::f32, diffattn::WeightFormat::bf16}) {
+            for (int threads : {1, 2}) {
+                for (Compute compute : computes) {
+                    Name name("linear");
+                    name("N", 512)("in", in)("out", out)("weights", diffattn::to_string(format))("threads", threads)(
+                        "compute", diffattn::to_string(compute));
+                    bench::add(args, name, [in = in, out = out, format, threads, compute](benchmark::State& s) {
+                        run_linear(s, 512, in, out, format, threads, compute);
+                    });
+                }
+            }
+        }
+    }
+}
+
 void register_all(const bench::BenchArgs& args) {
     std::vector<Index> sizes;
     for (Index n = 512; n <= (args.quick ? 2048 : 16384); n *= 2) {
@@ -417,6 +666,8 @@ void register_all(const bench::BenchArgs& args) {
         }
     }
     register_pairs(args, sizes);
+    register_bf16(args, sizes);
+    register_linear(args);
 }
 
 }  // namespace

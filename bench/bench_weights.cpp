@@ -15,8 +15,13 @@
 //       roofline_tokens/s = stream_GB/s / step_bytes, roofline_share = tokens/s / roofline_tokens/s,
 //       stored_GB (DecoderModel::stored_bytes), prefill_tokens/s.
 //
+//   prefill/weights:<F>/compute:<C>/tokens:<N>/threads:<T>
+//     one forward of N tokens (the logits of every row, no cache), f32 and bf16 weights, in float
+//     (compute:scalar) and with BF16 products (compute:bf16, docs/math.md §7.1, §10.1: the path this
+//     CPU takes is in the label); N 512 on 1 and 2 threads, 4096 on 2; counter tokens/s.
+//
 // Run: bench_weights --benchmark_counters_tabular=true [--layers=L] [--formats=f32,q8_0]
-//      (--quick: 2 layers, context 64).
+//      [--benchmark_filter=prefill] (--quick: 2 layers, context 64, prefills of 64 tokens).
 #include "bench_common.hpp"
 
 #include "diffattn/core/isa.hpp"
@@ -30,6 +35,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -108,6 +114,21 @@ void BM_decode(benchmark::State& state, WeightFormat format, Index layers, Index
     state.SetLabel(compiled_isa());
 }
 
+void BM_prefill(benchmark::State& state, WeightFormat format, Index layers, Index tokens, int threads, Compute compute) {
+    const DecoderModel<float>& model = model_in(format, layers);
+    std::vector<Token> prompt;
+    for (Index i = 0; i < tokens; ++i) prompt.push_back(static_cast<Token>((131 * i + 7) % model.config().vocab_size));
+    ForwardState<float> buffers = model.make_state(tokens, threads);
+    buffers.set_compute(compute);
+    const auto start = bench::Clock::now();
+    for (auto _ : state) {
+        const ConstMatrixRef<float> logits = model.forward(prompt, buffers);
+        benchmark::DoNotOptimize(logits.data());
+    }
+    state.counters["tokens/s"] = static_cast<double>(tokens * state.iterations()) / bench::seconds_since(start);
+    state.SetLabel(std::string(compiled_isa()) + "; products: " + to_string(product_path(compute)));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -141,6 +162,19 @@ int main(int argc, char** argv) {
                 ->UseRealTime()
                 ->Unit(benchmark::kMillisecond)
                 ->Iterations(kDecodeSteps);
+        }
+    }
+    for (WeightFormat format : formats) {
+        if (format != WeightFormat::f32 && format != WeightFormat::bf16) continue;
+        for (Compute compute : {Compute::scalar, Compute::bf16}) {
+            for (auto [tokens, threads] : {std::pair<Index, int>{512, 1}, {512, 2}, {4096, 2}}) {
+                if (args.quick) tokens = 64;
+                bench::Name name("prefill");
+                name("weights", to_string(format))("compute", to_string(compute))("tokens", tokens)("threads", threads);
+                benchmark::RegisterBenchmark(name.str().c_str(), [=](benchmark::State& s) {
+                    BM_prefill(s, format, layers, tokens, threads, compute);
+                })->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(1);
+            }
         }
     }
     return bench::run_main(argc, argv, args);

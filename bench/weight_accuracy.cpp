@@ -10,6 +10,8 @@
 //     token after the first of each 129-token window predicted once (the trainer's windows);
 //   the retrieval models (models/retrieval/*): the same logit figures on the first episode, and
 //     the accuracy of the argmax at every question row of tests/data/retrieval/episodes.json.
+// Each model also runs as f32 weights with BF16 products (compute bf16, docs/math.md §7.1, §10.1),
+// the row "bf16 products", on the path this CPU takes for Compute::bf16.
 //
 // Run: bench_weight_accuracy [SOURCE_DIR] (default: the source tree it was built from). Plain
 // output, one line per model and format; no timing.
@@ -64,11 +66,19 @@ LogitFigures compare(const RowMatrix<float>& logits, const RowMatrix<float>& ref
     return f;
 }
 
+/// The logits of every row of `tokens`, without a cache, with the products of `compute`.
+RowMatrix<float> logits_of(const DecoderModel<float>& model, const std::vector<Token>& tokens, Compute compute) {
+    ForwardState<float> state = model.make_state(static_cast<Index>(tokens.size()));
+    state.set_compute(compute);
+    return model.forward(tokens, state);
+}
+
 /// Greedy tokens of `model` after `prompt`, without a cache (every kind, encoders included).
-std::vector<Token> greedy(const DecoderModel<float>& model, std::vector<Token> tokens, Index count) {
+std::vector<Token> greedy(const DecoderModel<float>& model, std::vector<Token> tokens, Index count,
+                          Compute compute = Compute::scalar) {
     std::vector<Token> out;
     for (Index i = 0; i < count; ++i) {
-        const RowMatrix<float> logits = model.logits(tokens);
+        const RowMatrix<float> logits = logits_of(model, tokens, compute);
         Index best = 0;
         logits.row(logits.rows() - 1).maxCoeff(&best);
         out.push_back(static_cast<Token>(best));
@@ -84,14 +94,14 @@ Index agreeing_prefix(const std::vector<Token>& a, const std::vector<Token>& b) 
 }
 
 /// exp(mean negative log-likelihood) of every token after the first of each window of 129.
-double perplexity(const DecoderModel<float>& model, const std::vector<Token>& text) {
+double perplexity(const DecoderModel<float>& model, const std::vector<Token>& text, Compute compute = Compute::scalar) {
     constexpr Index window = 129;
     double nll = 0;
     Index counted = 0;
     for (Index start = 0; start + 1 < static_cast<Index>(text.size()); start += window - 1) {
         const Index end = std::min<Index>(start + window, static_cast<Index>(text.size()));
         const std::vector<Token> part(text.begin() + start, text.begin() + end);
-        const RowMatrix<double> logits = model.logits(part).cast<double>();
+        const RowMatrix<double> logits = logits_of(model, part, compute).cast<double>();
         for (Index i = 0; i + 1 < static_cast<Index>(part.size()); ++i) {
             const double top = logits.row(i).maxCoeff();
             const double log_sum = top + std::log((logits.row(i).array() - top).exp().sum());
@@ -122,10 +132,10 @@ Episodes read_episodes(const fs::path& file) {
     return e;
 }
 
-double retrieval_accuracy(const DecoderModel<float>& model, const Episodes& e) {
+double retrieval_accuracy(const DecoderModel<float>& model, const Episodes& e, Compute compute = Compute::scalar) {
     Index correct = 0, total = 0;
     for (std::size_t i = 0; i < e.tokens.size(); ++i) {
-        const RowMatrix<float> logits = model.logits(e.tokens[i]);
+        const RowMatrix<float> logits = logits_of(model, e.tokens[i], compute);
         for (std::size_t q = 0; q < e.score[i].size(); ++q) {
             Index best = 0;
             logits.row(e.score[i][q]).maxCoeff(&best);
@@ -156,6 +166,16 @@ void report(const fs::path& dir, const std::vector<Token>& tokens, const std::ve
         if (episodes) std::printf(" retrieval %.4f", retrieval_accuracy(model, *episodes));
         std::printf("\n");
     }
+    // f32 weights, BF16 products.
+    const Compute bf16 = Compute::bf16;
+    const LogitFigures f = compare(logits_of(f32, tokens, bf16), reference);
+    const Index prefix = agreeing_prefix(greedy(f32, prompt, 32, bf16), f32_greedy);
+    std::printf("%-36s bf16 products (%s) max %.2e mean %.2e argmax %.3f greedy %2ld/32", dir.filename().string().c_str(),
+                to_string(product_path(bf16)), f.max_relative, f.mean_relative, f.argmax_agreement,
+                static_cast<long>(prefix));
+    if (text) std::printf(" ppl %.4f", perplexity(f32, *text, bf16));
+    if (episodes) std::printf(" retrieval %.4f", retrieval_accuracy(f32, *episodes, bf16));
+    std::printf("\n");
 }
 
 }  // namespace

@@ -17,6 +17,7 @@ PACKAGES=(
   libeigen3-dev       # Eigen 3.4
   nlohmann-json3-dev  # io/ headers
   libpcre2-dev        # the tokenizer's regexes (text/ headers, tests/text)
+  libdnnl-dev         # oneDNN: the BF16 GEMM yardstick of bench_kernels (optional, found if present)
   catch2              # tests (Catch2 v2)
   libbenchmark-dev    # bench/
   libomp-dev          # OpenMP for clang (g++ brings libgomp itself)

@@ -14,6 +14,7 @@
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/kernels/gda_attention.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
+#include "diffattn/layers/linear.hpp"
 #include "diffattn/model/checkpoint_config.hpp"
 #include "diffattn/model/generate.hpp"
 #include "diffattn/model/generation_config.hpp"
@@ -880,6 +881,45 @@ TEST_CASE("invalid kernel options", "[catalogue][options]") {
     CHECK_ERROR(OptionError, softmax_attention(q, k, v, out, o), "threads must be in [1, 1024], got 0");
     o.threads = 100000;  // each thread's scratch is sized before the call: refused, not allocated
     CHECK_ERROR(OptionError, softmax_attention(q, k, v, out, o), "threads must be in [1, 1024], got 100000");
+}
+
+TEST_CASE("BF16 products where they cannot run", "[catalogue][options]") {
+    const RowMatrix<double> q = random_matrix<double>(9, 4, 1), v = random_matrix<double>(9, 8, 3);
+    RowMatrix<double> out(9, 8);
+    AttentionOptions o;
+    o.compute = Compute::bf16;
+    CHECK_ERROR(OptionError, softmax_attention(q, q, v, out, o),
+                "softmax_attention: compute bf16 needs a float kernel; this one computes in double");
+    // A CPU without vdpbf16ps, whatever this one has: the check the kernels make with its answer.
+    CHECK_ERROR(OptionError, detail::resolve_products<float>("softmax_attention", Compute::bf16_dot, false),
+                "compute bf16_dot needs a CPU with AVX512-BF16 (vdpbf16ps), which this one lacks");
+    CHECK(detail::resolve_products<float>("softmax_attention", Compute::bf16, false) == ProductPath::bf16_widened);
+    const RowMatrix<float> qf = q.cast<float>(), vf = v.cast<float>();
+    RowMatrix<float> outf(9, 8);
+    o.compute = Compute::bf16_dot;
+    if (bf16_dot_available()) {
+        CHECK_NOTHROW(softmax_attention(qf, qf, vf, outf, o));
+    } else {
+        CHECK_ERROR(OptionError, softmax_attention(qf, qf, vf, outf, o), "compute bf16_dot needs a CPU with AVX512-BF16");
+    }
+    // A projection of many rows in double asked for BF16 products (a decode step's few rows never round).
+    const RowMatrix<double> x = random_matrix<double>(16, 4, 4), w = random_matrix<double>(3, 4, 5);
+    RowMatrix<double> y(16, 3);
+    ExecutionContext bf16_context;
+    bf16_context.compute = Compute::bf16;
+    CHECK_ERROR(OptionError, linear<double>(x, w, y, bf16_context),
+                "linear: compute bf16 needs a float kernel; this one computes in double");
+    // A model: the state refuses before any forward.
+    const DecoderModel<double> model = DecoderModel<double>::seeded(tiny(AttentionKind::diff), 1);
+    ForwardState<double> state = model.make_state(4);
+    CHECK_ERROR(OptionError, state.set_compute(Compute::bf16),
+                "ForwardState::set_compute: compute bf16 needs a float kernel; this one computes in double");
+    GenerationOptions generation;
+    generation.max_new_tokens = 2;
+    generation.compute = Compute::bf16;
+    CHECK_ERROR(OptionError, generate(model, {1, 2}, generation, [](const auto& row) { return argmax_token(row); },
+                                      [](Token) {}),
+                "generate: compute bf16 needs a float kernel");
 }
 
 TEST_CASE("empty sequence", "[catalogue][empty]") {

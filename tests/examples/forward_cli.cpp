@@ -453,3 +453,17 @@ TEST_CASE("diffattn-forward: Motif-2 checkpoints give the golden logits (--logit
         CHECK(model_test::max_abs_diff(logits, golden.logits) <= model_test::golden_tolerance<float>(m));
     }
 }
+
+TEST_CASE("diffattn-forward: --compute bf16 runs the prefill on BF16 products and says which",
+          "[examples][cli][bf16]") {
+    check_refused(run_forward({"--compute", "fp32"}), {"--compute must be f32 or bf16, got \"fp32\""});
+    check_refused(run_forward({"--compute", "bf16", "--precision", "double"}), {"--compute bf16 needs --precision float"});
+    const Run f32 = run_forward({"--compute", "f32", "--generate", "3"});
+    const Run bf16 = run_forward({"--compute", "bf16", "--generate", "3"});
+    INFO("stdout: " << bf16.out << "\nstderr: " << bf16.err);
+    REQUIRE(f32.status == 0);
+    REQUIRE(bf16.status == 0);
+    CHECK_THAT(bf16.out, Contains("compute: bf16 (bf16_"));
+    CHECK_THAT(f32.out, !Contains("compute:"));
+    CHECK(printed_ids(bf16.out, "generated:").size() == 3);
+}

@@ -13,6 +13,7 @@
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/kernels/gda_attention.hpp"
 #include "diffattn/kernels/softmax_attention.hpp"
+#include "diffattn/layers/head_blocks.hpp"
 
 #include <string>
 #include <vector>
@@ -230,4 +231,65 @@ TEMPLATE_TEST_CASE("decode steps split over the keys on 2 threads allocate nothi
     CHECK(out_gda.bottomRows(4).allFinite());
     CHECK(history_softmax.rows == total);
     CHECK(history_mean.rows == total);
+}
+
+TEST_CASE("BF16 products allocate nothing with a workspace reserved for them, on 1 and 2 threads, over float "
+          "keys and a BF16 cache's blocks",
+          "[kernels][nomalloc][bf16]") {
+    // The bf16_dot packings live in the workspace (reserve(..., compute)); the widened products use
+    // the float ones. A prefill of several query groups, then a chunk over a BF16 cache's keys.
+    DIFFATTN_TEST_RNG(rng);
+    using S = Eigen::bfloat16;
+    const Index n = kGroupRows + 40, d = 40, dv = 72;
+    const RowMatrix<float> q1 = random_matrix<float>(rng, n, d), q2 = random_matrix<float>(rng, n, d);
+    const RowMatrix<float> k1 = random_matrix<float>(rng, n, d), k2 = random_matrix<float>(rng, n, d);
+    const RowMatrix<float> v = random_matrix<float>(rng, n, dv);
+    const RowMatrix<S> v_cache = v.cast<S>();
+    Vector<S> k1_store(detail::whole_key_blocks(n) * d), k2_store(detail::whole_key_blocks(n) * d);
+    const auto k1_blocks = HeadBlocks<S>::blocked_keys(k1_store.data(), 1, d, n);
+    const auto k2_blocks = HeadBlocks<S>::blocked_keys(k2_store.data(), 1, d, n);
+    k1_blocks.write_rows(0, k1.cast<S>());
+    k2_blocks.write_rows(0, k2.cast<S>());
+    const detail::KeyRows<S> k1_cache = k1_blocks.as_const().keys(0, n), k2_cache = k2_blocks.as_const().keys(0, n);
+    std::vector<Compute> modes{Compute::bf16, Compute::bf16_widened};
+    if (bf16_dot_available()) modes.push_back(Compute::bf16_dot);
+    start_openmp_runtime();
+    for (Compute compute : modes) {
+        for (int threads : {1, 2}) {
+            INFO(to_string(compute) << " on " << threads << " threads");
+            AttentionOptions o;
+            o.compute = compute;
+            o.threads = threads;
+            AttentionWorkspace<float> workspace(n, n, d, dv, threads, compute);
+            RowMatrix<float> out(n, dv);
+            DintHistory<float> history;
+            history.a1_column_sum = Vector<float>::Zero(n);
+            const Index chunk = 24, first = n - chunk;
+            const auto q1_chunk = q1.bottomRows(chunk), q2_chunk = q2.bottomRows(chunk);
+            auto out_chunk = out.bottomRows(chunk);
+            AttentionOptions team = o;  // starts the thread team outside the check, on another workspace
+            team.compute = Compute::scalar;
+            diffattn::softmax_attention(q1, k1, v, out, team);
+            const int failures = without_malloc([&] {
+                diffattn::softmax_attention(q1, k1, v, out, o, &workspace);
+                diffattn::diff_attention(q1, k1, q2, k2, v, 0.6f, out, o, &workspace);
+                for (DintIntegral integral : kDintIntegrals) {
+                    AttentionOptions mode = o;
+                    if (integral == DintIntegral::global_mean) mode.mask = MaskKind::none;
+                    diffattn::dint_attention(q1, k1, q2, k2, v, 0.6f, integral, out, mode, nullptr, &workspace);
+                }
+                diffattn::dint_attention(q1.topRows(first), k1.topRows(first), q2.topRows(first), k2.topRows(first),
+                                         v.topRows(first), 0.6f, DintIntegral::causal_softmax, out.topRows(first), o,
+                                         &history, &workspace);
+                detail::dint_attention<float, S>(q1_chunk, k1_cache, q2_chunk, k2_cache, v_cache, 0.6f,
+                                                 DintIntegral::causal_softmax, out_chunk, o, &history, &workspace);
+                detail::diff_attention<float, S>(q1_chunk, k1_cache, q2_chunk, k2_cache, v_cache, 0.6f, out_chunk, o,
+                                                 &workspace);
+            });
+            INFO("first failure: " << diffattn_nomalloc::first_failure_text());
+            CHECK(failures == 0);
+            CHECK(out.allFinite());
+            CHECK(history.rows == n);
+        }
+    }
 }

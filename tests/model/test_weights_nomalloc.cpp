@@ -41,3 +41,28 @@ TEMPLATE_TEST_CASE("a model of stored weights prefills and decodes without alloc
         }) == 0);
     }
 }
+
+// ... and with BF16 products (docs/math.md §10.1): the prefill's projections round their rows in
+// the panels' operand room, which set_compute gives the state, and its heads pack their tiles in
+// the kernel workspaces; every path this CPU runs, f32 and bf16 weights.
+TEST_CASE("a model with BF16 products prefills without allocating", "[model][weights][bf16][nomalloc]") {
+    std::vector<Compute> computes{Compute::bf16, Compute::bf16_widened};
+    if (bf16_dot_available()) computes.push_back(Compute::bf16_dot);
+    for (WeightFormat format : {WeightFormat::f32, WeightFormat::bf16}) {
+        for (Compute compute : computes) {
+            INFO(to_string(format) << ", " << to_string(compute));
+            ModelConfig config = test::small_config(AttentionKind::dint);
+            config.hidden_size = 64;
+            const DecoderModel<float> model = DecoderModel<float>::seeded(config, 2, format);
+            std::vector<Token> prompt;
+            for (Token t = 0; t < 20; ++t) prompt.push_back((5 * t + 1) % 64);
+            KvCache<float> cache = model.make_cache(64);
+            ForwardState<float> state = model.make_state(20, 2);
+            state.set_compute(compute);
+            RowMatrix<float> logits(20, 64);
+            model.forward(prompt, state, logits, &cache);  // first use: sizes the kernel workspaces
+            cache.reset();
+            CHECK(without_malloc([&] { model.forward(prompt, state, logits, &cache); }) == 0);
+        }
+    }
+}

@@ -8,6 +8,7 @@
 // depends on its thread count, never joins in.)
 #pragma once
 
+#include "diffattn/core/compute.hpp"
 #include "diffattn/core/error.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/core/weight_panels.hpp"
@@ -74,13 +75,17 @@ namespace diffattn {
 
 /// How the calls of one caller may use threads. The caller's run state owns one
 /// (ForwardState::context()) and every parallel call takes it by const reference: linear(),
-/// SharedDiffFactors::project, the heads of MultiHeadAttention. It changes only how many threads
-/// run, never a result.
+/// SharedDiffFactors::project, the heads of MultiHeadAttention. Its threads change only how many
+/// threads run, never a result; its compute changes the products (docs/math.md §7.1, §10.1).
 struct ExecutionContext {
     int threads = 1;  ///< run on up to this many threads (with OpenMP; 1 without)
     /// ... but on fewer, down to one, when a call has less than this much work (flops) per thread
     /// (detail::threads_for_work; 0: always `threads`).
     double min_parallel_flops = detail::kMinParallelFlopsPerThread;
+    /// The products of the calls of many rows, the attention heads' prefill and chunk calls
+    /// (AttentionOptions::compute) and the projections (layers/linear.hpp): scalar, the default,
+    /// or BF16 operands with fp32 sums (float models only; docs/math.md §7.1, §10.1).
+    Compute compute = Compute::scalar;
     /// Where products of many rows decode panels of stored weights, one per thread (null: such a
     /// product allocates its panels for the call).
     const WeightPanels* panels = nullptr;

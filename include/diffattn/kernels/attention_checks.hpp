@@ -10,9 +10,11 @@
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/key_rows.hpp"
 #include "diffattn/kernels/options.hpp"
+#include "diffattn/kernels/product_path.hpp"
 
 #include <cmath>
 #include <optional>
+#include <type_traits>
 
 namespace diffattn::detail {
 
@@ -22,6 +24,7 @@ struct ResolvedOptions {
     Index valid_len;  ///< keys [0, valid_len) exist
     double scale;     ///< s > 0
     int threads;      ///< threads this build will use (1 without OpenMP)
+    ProductPath products = ProductPath::scalar;  ///< how the tiled core multiplies (packed_tiles.hpp)
 };
 
 /// Q [N x d], K [S x d], V [S x dv]: the head dims of Q and K agree, K and V have S rows, and S >= N
@@ -133,6 +136,7 @@ ResolvedOptions check_attention(const char* function, const char* q_name, const 
     require_thread_count(function, options.threads);
     ResolvedOptions resolved = resolve_options<T>(function, options, q_name, q, k_name, k);
     resolved.threads = available_threads(options.threads);
+    resolved.products = resolve_products<T>(function, options.compute, bf16_dot_available());
     return resolved;
 }
 

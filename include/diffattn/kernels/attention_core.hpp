@@ -5,7 +5,8 @@
 // logits with a Logits policy, fold them into an OnlineSoftmaxState, and accumulate P V. Variants
 // differ only in the Logits policy (scaled Q K^T, or DINT's integral G) and in how they combine
 // the states of several maps (docs/math.md §2.2, 2.3). No N x S buffer is ever held: scratch is one
-// kQueryTile x kKeyTile tile plus packed operands (PackedTiles).
+// kQueryTile x kKeyTile tile plus packed operands (PackedTiles, which also says how the products
+// run: in T, or with BF16 operands, docs/math.md §7.1).
 #pragma once
 
 #include "diffattn/core/parallel.hpp"
@@ -40,13 +41,13 @@ class DotProductLogits {
 public:
     DotProductLogits(const ConstMatrixRef<T>& q, const KeyOperand<S>& k, T scale) : q_(q), k_(k), scale_(scale) {}
 
-    /// Packs the query rows [q_begin, q_begin + q_rows) of a group (Q^T, the products' B operand).
+    /// Packs the query rows [q_begin, q_begin + q_rows) of a group.
     void pack_queries(Index q_begin, Index q_rows, PackedTiles<T>& packed) const {
-        PackedProduct<T>::pack_rows_as_rhs(packed.queries.data(), q_.middleRows(q_begin, q_rows));
+        packed.pack_queries(q_.middleRows(q_begin, q_rows));
     }
-    /// Packs the key rows [k_begin, k_begin + keys) (the products' A operand).
+    /// Packs the key rows [k_begin, k_begin + keys).
     void pack_keys(Index k_begin, Index keys, PackedTiles<T>& packed, RowMatrix<T>& key_tile) const {
-        PackedProduct<T>::pack_rows_as_lhs(packed.keys.data(), key_rows_as<T>(k_, k_begin, keys, key_tile));
+        packed.pack_keys(k_, k_begin, keys, key_tile);
     }
     /// tile [rows x keys] = s Q[q_begin : q_begin + rows] K[k_begin : k_begin + keys]^T. Packed: with
     /// q_begin - group_begin a multiple of kQueryTile (so the block's packed rows start a fresh panel)
@@ -54,15 +55,11 @@ public:
     template <typename Tile>
     void operator()(Index q_begin, Index group_begin, Index k_begin, Tile& tile, const PackedTiles<T>* packed,
                     RowMatrix<T>& key_tile) const {
-        static_assert(kQueryTile % PackedProduct<T>::rhs_panel == 0, "blocks must start on a packed panel");
         if (packed == nullptr) {
             few_rows_key_logits(tile, q_.middleRows(q_begin, tile.rows()), k_, k_begin, tile.cols(), scale_, key_tile);
             return;
         }
-        const Index depth = q_.cols();
-        tile.setZero();  // gebp accumulates; the scale rides on its alpha
-        PackedProduct<T>::multiply_transposed(tile, packed->keys.data(), depth,
-                                              packed->queries.data() + (q_begin - group_begin) * depth, depth, scale_);
+        packed->multiply_logits(tile, q_begin - group_begin, q_.cols(), scale_);
     }
 
     /// tile as operator() writes it for a call of few rows, and other_tile as `other` would, from
@@ -132,24 +129,24 @@ template <typename T, typename Logits, typename Mask, typename Values, typename 
 void fold_tile(Logits& logits, const Mask& mask, Index q_begin, Index b_offset, Index b_rows, Index k_begin,
                Index b_keys, const Values& values, const ValuesFinite& values_finite, BlockScratch<T>& scratch,
                OnlineSoftmaxState<T>& state, PackedTiles<T>* packed) {
-    using Product = PackedProduct<T>;
     const Index b_begin = q_begin + b_offset;
     auto probabilities = (packed != nullptr ? scratch.logits : scratch.few_rows_logits).topLeftCorner(b_rows, b_keys);
     logits(b_begin, q_begin, k_begin, probabilities, packed, scratch.key_tile);
     const bool masked = k_begin + b_keys > block_unmasked_end(mask, b_begin);
-    const Index min_visible = state.fold(b_offset, probabilities, masked, [&](Index r) {
-        return visible_keys_in_tile(mask, b_begin + r, k_begin, b_keys);
-    });
+    const Index min_visible = state.fold(
+        b_offset, probabilities, masked,
+        [&](Index r) { return visible_keys_in_tile(mask, b_begin + r, k_begin, b_keys); },
+        packed != nullptr && packed->rounds_probabilities_in_fold());
     // acc += P V. Masked probabilities are exact zeros, so one product over the whole tile is
     // exact unless a value row hidden from some query holds Inf/NaN (0 * NaN = NaN would leak
     // into a row that must not depend on it): then each row multiplies only its visible prefix.
+    // (The same holds for the one value row past the block's keys that a BF16 pair reads.)
     auto acc = state.accumulator_rows(b_offset, b_rows);
     const auto block_values = values.topRows(b_keys);
-    if (min_visible == b_keys || values_finite()) {
+    const bool reads_past = packed != nullptr && packed->reads_past(b_keys, values.rows());
+    if ((min_visible == b_keys && !reads_past) || values_finite()) {
         if (packed != nullptr) {
-            Product::pack_rows_as_rhs(packed->probabilities.data(), probabilities);
-            Product::multiply_transposed(acc, packed->values.data(), values.rows(), packed->probabilities.data(),
-                                         b_keys, T(1));
+            packed->accumulate(acc, probabilities, values.rows());
         } else {
             few_rows_accumulate(acc, probabilities, block_values);
         }
@@ -190,7 +187,6 @@ template <typename T, typename S, typename Logits, typename Mask>
 void attend_block(Logits& logits, const Mask& mask, Index q_begin, Index q_rows, const ConstMatrixRef<S>& v,
                   BlockScratch<T>& scratch, OnlineSoftmaxState<T>& state, KeyRange keys = {}) {
     assert(q_rows <= kGroupRows && keys.begin % kKeyTile == 0);
-    using Product = PackedProduct<T>;
     PackedTiles<T>& packed = scratch.packed;
     const bool pack = q_rows >= kMinPackedRows;
     state.reset(q_rows, v.cols());
@@ -199,7 +195,7 @@ void attend_block(Logits& logits, const Mask& mask, Index q_begin, Index q_rows,
     for (Index k_begin = keys.begin; k_begin < visit_end; k_begin += kKeyTile) {
         const Index k_count = std::min(kKeyTile, visit_end - k_begin);
         const auto values = rows_as(v, k_begin, k_count, scratch.value_tile);
-        if (pack) Product::pack_transpose_as_lhs(packed.values.data(), values);
+        if (pack) packed.pack_values(v, k_begin, values);
         Index packed_keys = 0;  // keys of this tile in packed.keys (a packing is not sliceable by keys)
         const LazyFinite<decltype(values)> values_finite(values);  // only if a block needs to know
         for (Index b_offset = 0; b_offset < q_rows; b_offset += kQueryTile) {
@@ -233,12 +229,14 @@ void for_each_query_group(Index seq_len_q, int threads, const Mask& /*mask*/, At
     });
 }
 
-/// Returns the caller's workspace, or `local`, reserved for these sizes (the kernels' only allocation point).
+/// Returns the caller's workspace, or `local`, reserved for these sizes and the call's products
+/// (the kernels' only allocation point).
 template <typename T>
 AttentionWorkspace<T>& prepare_workspace(AttentionWorkspace<T>* workspace, AttentionWorkspace<T>& local, Index seq_len_q,
-                                         Index seq_len_kv, Index head_dim, Index value_dim, int threads) {
+                                         Index seq_len_kv, Index head_dim, Index value_dim,
+                                         const ResolvedOptions& resolved) {
     AttentionWorkspace<T>& ws = workspace != nullptr ? *workspace : local;
-    ws.reserve(seq_len_q, seq_len_kv, head_dim, value_dim, threads);
+    ws.reserve(seq_len_q, seq_len_kv, head_dim, value_dim, resolved.threads, 0, compute_of(resolved.products));
     return ws;
 }
 

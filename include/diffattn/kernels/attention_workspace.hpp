@@ -6,10 +6,12 @@
 // it, but two concurrent calls need two workspaces.
 #pragma once
 
+#include "diffattn/core/compute.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/dint_pipeline.hpp"
 #include "diffattn/kernels/kept_probabilities.hpp"
 #include "diffattn/kernels/online_softmax.hpp"
+#include "diffattn/kernels/packed_tiles.hpp"
 #include "diffattn/kernels/tiling.hpp"
 
 #include <algorithm>
@@ -30,23 +32,6 @@ void grow_to(Vector<Scalar>& v, Index size) {
     if (v.size() < size) v.resize(size);
 }
 
-/// Operands of the tiled core's products in the packed layout of Eigen's GEMM kernel
-/// (detail::PackedProduct): each is packed once and reused by every product that reads it.
-template <typename T>
-struct PackedTiles {
-    Vector<T> queries;        ///< [kGroupRows * head_dim] the query rows of a group (Q^T, gebp's B)
-    Vector<T> keys;           ///< [kKeyTile * head_dim] a key tile (gebp's A)
-    Vector<T> values;         ///< [kKeyTile * value_dim] a value tile, transposed (gebp's A)
-    Vector<T> probabilities;  ///< [kQueryTile * kKeyTile] a block's probabilities, transposed (gebp's B)
-
-    void reserve(Index head_dim, Index value_dim) {
-        grow_to(queries, kGroupRows * head_dim);
-        grow_to(keys, kKeyTile * head_dim);
-        grow_to(values, kKeyTile * value_dim);
-        grow_to(probabilities, kQueryTile * kKeyTile);
-    }
-};
-
 /// What one thread needs to run one query group: a logits tile, the packed operands and the
 /// online-softmax states of up to three maps, and the key and value tiles of operands stored in a
 /// narrower scalar (a half-precision KV cache, converted tile by tile: docs/math.md §6).
@@ -59,19 +44,20 @@ struct BlockScratch {
     /// mean modes' two outputs' weights, DIFF V2's two maps' logits; diff_few_rows.hpp), apart so
     /// that the packed tile keeps short rows.
     RowMatrix<T> few_rows_logits;
-    PackedTiles<T> packed;                         ///< packed operands of the tile products
+    PackedTiles<T> packed;                         ///< packed operands of the tile products (packed_tiles.hpp)
     std::array<OnlineSoftmaxState<T>, 3> states;   ///< map 1, map 2, DINT's integral map (a group each)
     /// [kFewRowsKeyTile x head_dim] a key tile stored in another scalar or layout, as T rows
     RowMatrix<T> key_tile;
     /// [kFewRowsKeyTile x value_dim] a value tile stored in another scalar, as T
     RowMatrix<T> value_tile;
 
-    void reserve(Index head_dim, Index value_dim) {
+    /// bf16_dot: also room for the packings of the bf16_dot path.
+    void reserve(Index head_dim, Index value_dim, bool bf16_dot = false) {
         grow_to(logits, kQueryTile, kKeyTile);
         grow_to(few_rows_logits, 2 * kMinPackedRows, kFewRowsKeyTile);
         grow_to(key_tile, kFewRowsKeyTile, head_dim);
         grow_to(value_tile, kFewRowsKeyTile, value_dim);
-        packed.reserve(head_dim, value_dim);
+        packed.reserve(head_dim, value_dim, bf16_dot);
         for (auto& state : states) state.reserve(kGroupRows, value_dim);
     }
 };
@@ -81,8 +67,9 @@ template <typename T>
 class AttentionWorkspace {
 public:
     AttentionWorkspace() = default;
-    AttentionWorkspace(Index seq_len_q, Index seq_len_kv, Index head_dim, Index value_dim, int threads = 1) {
-        reserve(seq_len_q, seq_len_kv, head_dim, value_dim, threads);
+    AttentionWorkspace(Index seq_len_q, Index seq_len_kv, Index head_dim, Index value_dim, int threads = 1,
+                       Compute compute = Compute::scalar) {
+        reserve(seq_len_q, seq_len_kv, head_dim, value_dim, threads, 0, compute);
     }
 
     /// Makes room for calls up to these sizes with up to `threads` threads. Memory:
@@ -94,12 +81,19 @@ public:
     /// + O(3 * min(seq_len_q, kMinPackedRows) * seq_len_kv) for the probabilities that a call of few
     /// rows keeps: DIFF's two maps (kernels/diff_few_rows.hpp), DINT causal_softmax's three
     /// (kernels/dint_few_rows.hpp); at least kept_rows rows of them (GDA's decode step keeps gr + 1:
-    /// kernels/gda_attention.hpp).
+    /// kernels/gda_attention.hpp)
+    /// + threads * O(kGroupRows * head_dim + kKeyTile * value_dim) BF16 packings where `compute`
+    /// takes the bf16_dot path (kernels/packed_tiles.hpp). The tiled core's products then follow
+    /// `compute` until the next reserve() (each kernel call reserves with its own first).
     void reserve(Index seq_len_q, Index seq_len_kv, Index head_dim, Index value_dim, int threads = 1,
-                 Index kept_rows = 0) {
+                 Index kept_rows = 0, Compute compute = Compute::scalar) {
         const int t = std::max(threads, 1);
         if (blocks_.size() < static_cast<std::size_t>(t)) blocks_.resize(static_cast<std::size_t>(t));
-        for (auto& block : blocks_) block.reserve(head_dim, value_dim);
+        const ProductPath path = product_path(compute);
+        for (auto& block : blocks_) {
+            block.reserve(head_dim, value_dim, path == ProductPath::bf16_dot);
+            block.packed.path = path;
+        }
         grow_to(block_row_sums_, query_block_count(seq_len_q), value_dim);
         grow_to(block_row_compensation_, query_block_count(seq_len_q), value_dim);
         grow_to(running_row_sum_, value_dim);

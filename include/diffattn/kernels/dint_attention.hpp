@@ -160,7 +160,7 @@ void dint_attention(const ConstMatrixRef<T>& q1, const KeyOperand<S>& k1, const 
     check_dint<T>(integral, resolved, named("Q1", q1), named("K1", k1), value_dim, history);
     AttentionWorkspace<T> local;
     AttentionWorkspace<T>& ws =
-        prepare_workspace(workspace, local, seq_len_q, seq_len_kv, q1.cols(), value_dim, resolved.threads);
+        prepare_workspace(workspace, local, seq_len_q, seq_len_kv, q1.cols(), value_dim, resolved);
     const T scale = T(resolved.scale);
     const DotProductLogits<T, S> logits1(q1, k1, scale), logits2(q2, k2, scale);
     dispatch_mask(resolved.mask, seq_len_q, seq_len_kv, resolved.valid_len, [&](const auto& mask) {

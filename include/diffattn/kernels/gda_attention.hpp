@@ -45,6 +45,7 @@ ResolvedOptions check_gda(const char* function, const ConstMatrixRef<T>& q1, con
     require_thread_count(function, options.threads);
     ResolvedOptions resolved = resolve_options<T>(function, options, "Q2", q2, "K2", k2);
     resolved.threads = available_threads(options.threads);
+    resolved.products = resolve_products<T>(function, options.compute, bf16_dot_available());
     return resolved;
 }
 
@@ -86,7 +87,7 @@ void gda_attention(const ConstMatrixRef<T>& q1, const KeyOperand<S>& k1, const C
     const bool stacked = gda_stacks_signal_heads(n, gr);
     AttentionWorkspace<T> local;
     AttentionWorkspace<T>& ws = workspace != nullptr ? *workspace : local;
-    ws.reserve(n, k2.rows(), d, dv, resolved.threads, stacked ? gda_kept_rows(gr) : 0);
+    ws.reserve(n, k2.rows(), d, dv, resolved.threads, stacked ? gda_kept_rows(gr) : 0, compute_of(resolved.products));
     const T scale = T(resolved.scale);
     const DotProductLogits<T, S> noise(q2, k2, scale);
     dispatch_mask(resolved.mask, n, k2.rows(), resolved.valid_len, [&](const auto& mask) {

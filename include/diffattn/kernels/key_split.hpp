@@ -154,7 +154,7 @@ void for_each_two_map_group(const ConstMatrixRef<T>& q1, const KeyOperand<S>& k1
                             AttentionWorkspace<T>* workspace, F&& f) {
     AttentionWorkspace<T> local;
     AttentionWorkspace<T>& ws =
-        prepare_workspace(workspace, local, q1.rows(), k1.rows(), q1.cols(), v.cols(), resolved.threads);
+        prepare_workspace(workspace, local, q1.rows(), k1.rows(), q1.cols(), v.cols(), resolved);
     const DotProductLogits<T, S> logits1(q1, k1, T(resolved.scale)), logits2(q2, k2, T(resolved.scale));
     const int key_threads = key_split_threads(q1.rows(), resolved.threads);
     dispatch_mask(resolved.mask, q1.rows(), k1.rows(), resolved.valid_len, [&](const auto& mask) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "diffattn/core/types.hpp"
+#include "diffattn/kernels/bf16_rounding.hpp"
 
 #include <Eigen/Core>
 
@@ -15,6 +16,7 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 namespace diffattn {
 
@@ -54,9 +56,11 @@ public:
     ///                Overwritten with the probabilities exp(logit - m_new) (0 where masked).
     ///   visible(r):  keys [0, visible(r)) of the tile are visible to row r of the tile (a prefix);
     ///                pass `masked = false` when every row sees the whole tile (the fast path).
+    ///   bf16:        write the probabilities rounded to BF16 (the widened BF16 products' P,
+    ///                docs/math.md §7.1); the row sums take them unrounded either way.
     /// Returns the fewest keys any row sees (k when unmasked): value rows past it are hidden from some row.
     template <typename Logits, typename Visible>
-    Index fold(Index row_begin, Logits&& logits, bool masked, const Visible& visible) {
+    Index fold(Index row_begin, Logits&& logits, bool masked, const Visible& visible, bool bf16 = false) {
         namespace ei = Eigen::internal;
         using Packet = typename ei::packet_traits<T>::type;
         constexpr Index lanes = ei::packet_traits<T>::size;
@@ -100,14 +104,18 @@ public:
                 const Index full_end = n / lanes * lanes;  // packets of visible keys only
                 for (Index j = 0; j < full_end; j += lanes) {
                     const Packet p = ei::pexp(ei::psub(ei::ploadu<Packet>(row + j), shift));
-                    ei::pstoreu(row + j, p);
+                    ei::pstoreu(row + j, bf16 ? rounded_to_bf16(p) : p);
                     packet_sum = ei::padd(packet_sum, p);
                 }
                 if (full_end < n) ei::pstoreu(row + full_end, ei::pexp(ei::psub(ei::ploadu<Packet>(row + full_end), shift)));
                 // Hidden and padding lanes become exact zeros: Eigen's exp(-inf) is ~1e-38, not 0, and
                 // a hidden key must add nothing to the sum or to P V, however large its value.
                 std::fill(row + n, row + width, T(0));
-                if (full_end < n) packet_sum = ei::padd(packet_sum, ei::ploadu<Packet>(row + full_end));
+                if (full_end < n) {
+                    const Packet tail = ei::ploadu<Packet>(row + full_end);
+                    packet_sum = ei::padd(packet_sum, tail);
+                    if (bf16) ei::pstoreu(row + full_end, rounded_to_bf16(tail));
+                }
                 const T rescale = rescale_[i];
                 row_sum_[i] = row_sum_[i] * rescale + ei::predux(packet_sum);
                 row_max_[i] = new_max_[i];
@@ -175,6 +183,15 @@ public:
     auto row_sums() const { return row_sum_.head(rows_); }
 
 private:
+    /// p rounded to BF16 (float states only: the BF16 products are float kernels').
+    template <typename Packet>
+    static Packet rounded_to_bf16(const Packet& p) {
+        if constexpr (std::is_same_v<T, float>) {
+            return detail::round_probabilities_to_bf16(p);
+        } else {
+            return p;
+        }
+    }
     auto accumulator() { return acc_.topLeftCorner(rows_, value_dim_); }
     auto accumulator() const { return acc_.topLeftCorner(rows_, value_dim_); }
 

@@ -1,6 +1,7 @@
 // Options shared by every single-head kernel (docs/math.md §1 and §2).
 #pragma once
 
+#include "diffattn/core/compute.hpp"
 #include "diffattn/core/types.hpp"
 
 #include <optional>
@@ -31,6 +32,12 @@ struct AttentionOptions {
     /// Threads the kernel may use over its query blocks (>= 1). Used only when the build has
     /// OpenMP (DIFFATTN_HAS_OPENMP); the result matches the 1-thread result within docs/math.md §7.
     int threads = 1;
+    /// The products of query groups of at least kMinPackedRows rows (prefill, a KV-cache chunk):
+    /// scalar (the default), or with Q, K, P and V rounded to BF16 and fp32 sums, within docs/math.md
+    /// §7.1 (float kernels only; Compute says which ways exist). Calls of fewer rows (a decode
+    /// step, bound by its reads) multiply in the kernel's scalar whatever this says. The plain
+    /// reference (kernels/reference.hpp) ignores it.
+    Compute compute = Compute::scalar;
 };
 
 /// What DINT's causal integral needs to know about query rows of earlier calls (docs/math.md §2.3, 6),

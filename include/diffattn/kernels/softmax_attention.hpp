@@ -13,7 +13,7 @@ void softmax_attention(const ConstMatrixRef<T>& q, const KeyOperand<S>& k, const
     const ResolvedOptions resolved = check_attention<T, S>("softmax_attention", "Q", "K", "V", q, k, v, out, options);
     AttentionWorkspace<T> local;
     AttentionWorkspace<T>& ws =
-        prepare_workspace(workspace, local, q.rows(), k.rows(), q.cols(), v.cols(), resolved.threads);
+        prepare_workspace(workspace, local, q.rows(), k.rows(), q.cols(), v.cols(), resolved);
     const DotProductLogits<T, S> logits(q, k, T(resolved.scale));
     const int key_threads = key_split_threads(q.rows(), resolved.threads);
     dispatch_mask(resolved.mask, q.rows(), k.rows(), resolved.valid_len, [&](const auto& mask) {

@@ -7,12 +7,15 @@
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/core/weight_panels.hpp"
+#include "diffattn/kernels/product_path.hpp"
+#include "diffattn/layers/panel_products.hpp"
 #include "diffattn/layers/few_rows_linear.hpp"
 #include "diffattn/layers/stored_weight_dots.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <type_traits>
 
 namespace diffattn {
 
@@ -55,30 +58,6 @@ double flops_per_weight_read(const WeightView<T>& w) {
     return bytes * kFlopsPerByteRead;
 }
 
-/// out.block(first_token, first_feature, rows, columns) = x rows x W rows^T for a weight stored in
-/// another format than f32: its rows decoded a panel (WeightPanels) at a time into the scalar of
-/// the GEMM, which then multiplies it as the f32 path multiplies W (docs/math.md §10). The panels
-/// cut the features into kRows and the inner dimension into kDepth; the products over the inner
-/// dimension's panels are summed into the output block.
-template <typename T>
-void linear_block_through_panels(const ConstMatrixRef<T>& x, const WeightView<T>& w, MatrixRef<T>& out,
-                                 Index first_token, Index rows, Index first_feature, Index columns, T* panel) {
-    const Index depth = w.cols;
-    for (Index f = 0; f < columns; f += WeightPanels::kRows) {
-        const Index features = std::min(WeightPanels::kRows, columns - f);
-        auto into = out.block(first_token, first_feature + f, rows, features);
-        for (Index k = 0; k < depth; k += WeightPanels::kDepth) {
-            const Index count = std::min(WeightPanels::kDepth, depth - k);
-            decode_stored_panel(w, first_feature + f, features, k, count, panel, count);
-            const ConstRowMatrixMap<T> weights(panel, features, count);
-            if (k == 0) {
-                into.noalias() = x.block(first_token, k, rows, count) * weights.transpose();
-            } else {
-                into.noalias() += x.block(first_token, k, rows, count) * weights.transpose();
-            }
-        }
-    }
-}
 }  // namespace detail
 
 /// One product of linear_each: out = x W^T, W stored as [out_features x in_features] in any format.
@@ -102,11 +81,18 @@ struct LinearProduct {
 ///            threads (OpenMP builds), but on fewer, down to one, when the products have less than
 ///            context.min_parallel_flops flops per thread (a few-rows product counts
 ///            flops_per_weight_read per weight it reads). Results do not depend on the thread count.
+///            context.compute: a BF16 mode makes the products of many rows BF16 products
+///            (detail::linear_block_through_panels, docs/math.md §10.1; float only: OptionError for a double
+///            product, and for bf16_dot on a CPU without it); a decode step stays in T.
 template <typename T, std::size_t K>
 void linear_each(const ConstMatrixRef<T>& x, const LinearProduct<T> (&products)[K],
                  const ExecutionContext& context = {}) {
     const Index tokens = x.rows();
     const bool few_rows = tokens < detail::kFewRowsLinear;
+    const ProductPath path = context.compute == Compute::scalar || few_rows
+                                 ? ProductPath::scalar
+                                 : detail::resolve_products<T>("linear", context.compute, bf16_dot_available());
+    const bool bf16 = path != ProductPath::scalar;
     double work = 0;
     bool stored = false;  // a weight in another format than f32
     for (const LinearProduct<T>& product : products) {
@@ -126,8 +112,10 @@ void linear_each(const ConstMatrixRef<T>& x, const LinearProduct<T> (&products)[
     // Panels for the stored weights of a call of many rows: the context's, or the call's own.
     WeightPanels own_panels;
     const WeightPanels* panels = context.panels;
-    if (stored && !few_rows && (panels == nullptr || panels->threads() < team || !panels->holds(sizeof(T)))) {
-        own_panels = WeightPanels(team, sizeof(T));
+    if ((stored || bf16) && !few_rows &&
+        (panels == nullptr || panels->threads() < team || !panels->holds(sizeof(T)) ||
+         (bf16 && !panels->holds_bf16_operands()))) {
+        own_panels = WeightPanels(team, sizeof(T), bf16);
         panels = &own_panels;
     }
     const Index token_block = detail::linear_block(tokens, detail::kLinearBlockTarget, 1);
@@ -163,12 +151,13 @@ void linear_each(const ConstMatrixRef<T>& x, const LinearProduct<T> (&products)[
             detail::few_rows_linear<T>(x, w.matrix(), out, first_feature, first_feature + columns);
         } else if (few_rows) {
             detail::stored_few_rows_linear<T>(x, w, out, first_feature, first_feature + columns);
-        } else if (w.format == WeightFormat::f32) {
+        } else if (w.format == WeightFormat::f32 && !bf16) {
             out.block(first_token, first_feature, rows, columns).noalias() =
                 x.middleRows(first_token, rows) * w.matrix().middleRows(first_feature, columns).transpose();
         } else {
-            detail::linear_block_through_panels(x, w, out, first_token, rows, first_feature, columns,
-                                                panels->template panel<T>(thread));
+            detail::linear_block_through_panels(x, w, out, first_token, rows, first_feature, columns, path,
+                                                panels->template panel<T>(thread),
+                                                bf16 ? panels->operands(thread) : nullptr);
         }
     });
 }

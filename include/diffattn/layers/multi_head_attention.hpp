@@ -165,6 +165,9 @@ private:
         require<OptionError>(!cached || scratch.kernels == nullptr, detail::kAttentionForward,
                              ": a KV cache cannot be combined with "
                              "the scratch's replacement kernels (a slice of a sequence)");
+        require<OptionError>(context.compute == Compute::scalar || scratch.kernels == nullptr,
+                             detail::kAttentionForward, ": compute ", to_string(context.compute),
+                             " cannot be combined with the scratch's replacement kernels, which run their own products");
         if (n == 0) return;
         auto q = scratch.q.topRows(n);          // [N x q_width]
         auto k = scratch.k.topRows(n);          // [N x k_width] this call's keys
@@ -217,10 +220,11 @@ private:
 
     /// What a head of sequence s (its rows from `first`) sees: its queries, the S = length + rows
     /// keys and values of its cache, its output rows.
-    /// heads_per_task: HeadContext::heads_per_task (g > 1 only for a sequence of one row).
+    /// heads_per_task: HeadContext::heads_per_task (g > 1 only for a sequence of one row); compute:
+    /// the kernels' products (ExecutionContext::compute).
     template <typename S>
     HeadContext<T, S> head_context(const SequenceRows<T, S>& sequence, AttentionScratch<T>& scratch,
-                                   Index heads_per_task) const {
+                                   Index heads_per_task, Compute compute) const {
         const Index first = sequence.first, rows = sequence.rows, seq_len_kv = sequence.cache.length + rows;
         const bool v2 = config_.kind == AttentionKind::diff_v2;
         auto heads = scratch.heads.middleRows(first, rows);
@@ -228,6 +232,7 @@ private:
         // One query row sees every key (causal offset S - 1), so a task's g rows, one per head,
         // take no mask.
         options.mask = heads_per_task > 1 ? MaskKind::none : config_.mask();
+        options.compute = compute;  // the kernels' products (calls of few rows stay in T)
         return HeadContext<T, S>{config_,
                               scratch.q.middleRows(first, rows),
                               sequence.cache.keys.as_const(),
@@ -294,7 +299,7 @@ private:
         detail::for_each_head(count * tasks, task_rows, work, heads_context, scratch.workspaces,
                               [&](Index task, AttentionWorkspace<T>& workspace, int kernel_threads) {
                                   const Index h = task % tasks;
-                                  const auto call = head_context(sequence(task / tasks), scratch, group);
+                                  const auto call = head_context(sequence(task / tasks), scratch, group, context.compute);
                                   Policy::run(call, h, workspace, kernel_threads);
                                   for (Index i = 0; subln && i < written; ++i) {
                                       auto head = call.output(h * written + i);  // [rows x 2d], a row per head

@@ -9,6 +9,7 @@
 #include "diffattn/core/memory_limit.hpp"
 #include "diffattn/core/parallel.hpp"
 #include "diffattn/core/types.hpp"
+#include "diffattn/kernels/attention_checks.hpp"
 #include "diffattn/core/weight_panels.hpp"
 #include "diffattn/layers/few_rows_linear.hpp"
 #include "diffattn/model/config.hpp"
@@ -55,6 +56,18 @@ struct ForwardState {
     const ExecutionContext& context() const { return context_; }
     /// Work (flops) per thread below which a call runs on fewer threads, down to one (0: always all).
     void set_min_parallel_flops(double flops) { context_.min_parallel_flops = flops; }
+    /// The products of the forwards that use this state (ExecutionContext::compute): the heads' and
+    /// the projections' over many rows (docs/math.md §7.1, §10.1). OptionError for a BF16 mode of a
+    /// double model or one this CPU cannot run.
+    void set_compute(Compute compute) {
+        detail::resolve_products<T>("ForwardState::set_compute", compute, bf16_dot_available());
+        // BF16 projections round their input rows beside each thread's panel (layers/panel_products.hpp).
+        if (rounds_to_bf16(compute) && panels_ != nullptr && !panels_->holds_bf16_operands()) {
+            panels_ = std::make_unique<WeightPanels>(context_.threads, sizeof(T), true);
+            context_.panels = panels_.get();
+        }
+        context_.compute = compute;
+    }
 
     /// True when the buffers serve a forward of a model of `model`: the same widths (hidden,
     /// SwiGLU, vocabulary) and an attention scratch that fits its modules, factored or merged

@@ -68,12 +68,14 @@ void check_generate(const DecoderModel<T>& model, Index prompt_len, Index count,
 /// checkpoint's end-of-sequence ids, model/generation_config.hpp) ends the continuation and is the
 /// last one returned. use_cache: prefill + one decode call per token through a KvCache of prompt +
 /// max_new_tokens - 1 tokens; otherwise a full forward over the whole sequence at every step.
-/// Attention heads run on `threads` threads.
+/// Attention heads run on `threads` threads, their prefill with `compute`'s products (the decode
+/// steps, of one row, multiply in T whatever it says: docs/math.md §7.1).
 struct GenerationOptions {
     Index max_new_tokens = 0;
     bool use_cache = true;
     KvPrecision kv_precision = KvPrecision::f32;  ///< the cache's stored scalar (f32: the model's T)
     int threads = 1;
+    Compute compute = Compute::scalar;  ///< ForwardState::set_compute
     std::vector<Token> stop_tokens;
 };
 
@@ -88,6 +90,7 @@ std::vector<Token> generate(const DecoderModel<T>& model, const std::vector<Toke
     const Index prompt_len = static_cast<Index>(prompt.size());
     const Index count = options.max_new_tokens;
     check_generate(model, prompt_len, count, options.use_cache, options.kv_precision);
+    detail::resolve_products<T>("generate", options.compute, bf16_dot_available());  // before allocating
     std::vector<Token> generated;
     if (count == 0) return generated;
     generated.reserve(static_cast<std::size_t>(count));
@@ -104,6 +107,7 @@ std::vector<Token> generate(const DecoderModel<T>& model, const std::vector<Toke
     if (options.use_cache) {
         KvCache<T> cache = model.make_cache(total, options.kv_precision);
         ForwardState<T> state = model.make_state(prompt_len, options.threads);  // the prefill is the largest call
+        state.set_compute(options.compute);
         const ConstMatrixRef<T> prefill = model.forward(prompt, state, &cache);    // [prompt x V]
         if (take(prefill.row(prompt_len - 1))) return generated;
         std::vector<Token> next{generated.back()};
@@ -115,6 +119,7 @@ std::vector<Token> generate(const DecoderModel<T>& model, const std::vector<Toke
     }
 
     ForwardState<T> state = model.make_state(total, options.threads);
+    state.set_compute(options.compute);
     std::vector<Token> sequence = prompt;
     sequence.reserve(static_cast<std::size_t>(total));
     while (true) {
