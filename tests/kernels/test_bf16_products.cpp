@@ -182,7 +182,7 @@ TEST_CASE("round_to_bf16 rounds floats to the nearest BF16 value as Eigen::bfloa
     CHECK(wrong == 0);
     // The packets' rounding of probabilities (the fold's): non-negative floats below 2^112 and NaN.
     using Packet = Eigen::internal::packet_traits<float>::type;
-    constexpr Index lanes = Eigen::internal::unpacket_traits<Packet>::size;
+    constexpr Index lanes = Eigen::internal::packet_traits<float>::size;
     std::vector<float> probabilities{0.0f, 1.0f, 1.00390625f, 1.01171875f, 0x1.00fffep0f, 0x1.fffffep111f,
                                      std::numeric_limits<float>::denorm_min(), 0x1.0081p-130f,
                                      std::numeric_limits<float>::min(), std::numeric_limits<float>::quiet_NaN()};
