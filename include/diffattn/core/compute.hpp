@@ -8,7 +8,7 @@ namespace diffattn {
 enum class Compute {
     scalar,        ///< every product in the kernel's scalar T (float or double): the default
     bf16,          ///< operands rounded to BF16, fp32 accumulation; the faster of the two ways below
-                   ///< this CPU offers (kernels/bf16_products.hpp says which); float kernels only
+                   ///< this CPU offers (kernels/product_path.hpp says which); float kernels only
     bf16_dot,      ///< as bf16, multiplied by AVX512-BF16's vdpbf16ps; an error on a CPU without it
     bf16_widened,  ///< as bf16, the rounded operands multiplied by the float products (any CPU)
 };

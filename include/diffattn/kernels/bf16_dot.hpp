@@ -1,5 +1,6 @@
 // The BF16 products of AVX512-BF16 (vdpbf16ps: 16 fp32 sums, each += two BF16 products), for the
-// tiled core's bf16_dot path (kernels/bf16_products.hpp, docs/math.md §7.1).
+// bf16_dot path of the tiled core and the projections (kernels/packed_tiles.hpp,
+// layers/panel_products.hpp; docs/math.md §7.1, §10.1).
 //
 // C [m x n] (+)= A [m x k] B [k x n] with fp32 accumulation, from two packings made once and reused:
 //   BF16 rows (A):    row r as k/2 words, word w = (A[r][2w] low, A[r][2w + 1] high): a row-major

@@ -2,7 +2,7 @@
 // operands of the tiled core's BF16 products. Round to nearest, ties to even; NaN stays NaN and
 // +-Inf stays +-Inf; a float above BF16's largest finite value rounds to Inf, as the conversion
 // instructions do. round_to_bf16_in_place keeps each value a float (its low 16 bits zero): the
-// operands of the widened products (kernels/bf16_products.hpp).
+// operands of the widened products (kernels/packed_tiles.hpp, layers/panel_products.hpp).
 #pragma once
 
 #include "diffattn/core/types.hpp"

@@ -68,8 +68,8 @@ void check_generate(const DecoderModel<T>& model, Index prompt_len, Index count,
 /// checkpoint's end-of-sequence ids, model/generation_config.hpp) ends the continuation and is the
 /// last one returned. use_cache: prefill + one decode call per token through a KvCache of prompt +
 /// max_new_tokens - 1 tokens; otherwise a full forward over the whole sequence at every step.
-/// Attention heads run on `threads` threads, their prefill with `compute`'s products (the decode
-/// steps, of one row, multiply in T whatever it says: docs/math.md §7.1).
+/// Attention heads run on `threads` threads; the prefill's heads and projections multiply with
+/// `compute`'s products (the decode steps, of one row, in T whatever it says: docs/math.md §7.1, §10.1).
 struct GenerationOptions {
     Index max_new_tokens = 0;
     bool use_cache = true;
