@@ -494,8 +494,7 @@ void register_pairs(const bench::BenchArgs& args, const std::vector<Index>& size
 ///   bf16_gemm_vs_<family>_<p>[_2thr]     the BF16 GEMM vs the BF16 kernel: the kernel's rate over the GEMM's
 ///   dint_<mode>_vs_diff_bf16_<p>         DINT vs DIFF, both BF16, 1 thread: the time ratio
 void register_bf16(const bench::BenchArgs& args, const std::vector<Index>& sizes) {
-    std::vector<Compute> products{Compute::bf16_widened};
-    if (diffattn::bf16_dot_available()) products.push_back(Compute::bf16_dot);
+    const std::vector<Compute> products = diffattn::bf16_paths_here();
     const auto make = [](Kind kind, Index n, Index d, bool causal, int threads, Compute compute,
                          DintIntegral integral = DintIntegral::causal_softmax) {
         Case c{kind, integral, n, d, causal, threads};
@@ -580,8 +579,8 @@ void run_linear(benchmark::State& state, Index n, Index in, Index out, diffattn:
 /// and 8192 -> 2048 (its down), f32 and bf16 weights, on 1 and 2 threads, in float and with BF16
 /// products by each path this CPU runs (run_linear).
 void register_linear(const bench::BenchArgs& args) {
-    std::vector<Compute> computes{Compute::scalar, Compute::bf16_widened};
-    if (diffattn::bf16_dot_available()) computes.push_back(Compute::bf16_dot);
+    std::vector<Compute> computes{Compute::scalar};
+    for (Compute path : diffattn::bf16_paths_here()) computes.push_back(path);
     for (auto [in, out] : {std::pair<Index, Index>{2048, 8192}, std::pair<Index, Index>{8192, 2048}}) {
         for (diffattn::WeightFormat format : {diffattn::WeightFormat::f32, diffattn::WeightFormat::bf16}) {
             for (int threads : {1, 2}) {

@@ -27,11 +27,10 @@ using namespace diffattn::test;
 
 namespace {
 
-/// The BF16 modes this host runs: the widened products, vdpbf16ps where the CPU has it, and the
-/// automatic choice.
+/// The BF16 modes this host runs: every explicit path (bf16_paths_here) and the automatic choice.
 std::vector<Compute> bf16_modes() {
-    std::vector<Compute> modes{Compute::bf16_widened, Compute::bf16};
-    if (bf16_dot_available()) modes.push_back(Compute::bf16_dot);
+    std::vector<Compute> modes = bf16_paths_here();
+    modes.push_back(Compute::bf16);
     return modes;
 }
 

@@ -251,8 +251,8 @@ TEST_CASE("BF16 products allocate nothing with a workspace reserved for them, on
     k1_blocks.write_rows(0, k1.cast<S>());
     k2_blocks.write_rows(0, k2.cast<S>());
     const detail::KeyRows<S> k1_cache = k1_blocks.as_const().keys(0, n), k2_cache = k2_blocks.as_const().keys(0, n);
-    std::vector<Compute> modes{Compute::bf16, Compute::bf16_widened};
-    if (bf16_dot_available()) modes.push_back(Compute::bf16_dot);
+    std::vector<Compute> modes = bf16_paths_here();
+    modes.push_back(Compute::bf16);
     start_openmp_runtime();
     for (Compute compute : modes) {
         for (int threads : {1, 2}) {

@@ -18,13 +18,6 @@ using namespace diffattn;
 
 namespace {
 
-/// The BF16 modes this CPU runs, each naming one path: bf16_widened everywhere, bf16_dot with AVX512-BF16.
-std::vector<Compute> bf16_paths_here() {
-    std::vector<Compute> modes{Compute::bf16_widened};
-    if (bf16_dot_available()) modes.push_back(Compute::bf16_dot);
-    return modes;
-}
-
 naive::Mat rounded_to_bf16(const RowMatrix<float>& m) {
     return m.unaryExpr([](float v) { return detail::round_to_bf16(v); }).cast<double>();
 }

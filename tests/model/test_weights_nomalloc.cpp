@@ -46,8 +46,8 @@ TEMPLATE_TEST_CASE("a model of stored weights prefills and decodes without alloc
 // the panels' operand room, which set_compute gives the state, and its heads pack their tiles in
 // the kernel workspaces; every path this CPU runs, f32 and bf16 weights.
 TEST_CASE("a model with BF16 products prefills without allocating", "[model][weights][bf16][nomalloc]") {
-    std::vector<Compute> computes{Compute::bf16, Compute::bf16_widened};
-    if (bf16_dot_available()) computes.push_back(Compute::bf16_dot);
+    std::vector<Compute> computes = bf16_paths_here();
+    computes.push_back(Compute::bf16);
     for (WeightFormat format : {WeightFormat::f32, WeightFormat::bf16}) {
         for (Compute compute : computes) {
             INFO(to_string(format) << ", " << to_string(compute));

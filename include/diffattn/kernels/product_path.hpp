@@ -13,6 +13,7 @@
 #include "diffattn/kernels/bf16_rounding.hpp"
 
 #include <type_traits>
+#include <vector>
 
 namespace diffattn {
 
@@ -35,6 +36,15 @@ inline bool bf16_dot_available() {
 #else
     return false;
 #endif
+}
+
+/// The explicit BF16 paths this build and CPU run, each a Compute naming one ProductPath:
+/// bf16_widened everywhere, bf16_dot where bf16_dot_available(). What the tests and benchmarks
+/// iterate over to cover every path the host offers (the automatic Compute::bf16 is one of these).
+inline std::vector<Compute> bf16_paths_here() {
+    std::vector<Compute> paths{Compute::bf16_widened};
+    if (bf16_dot_available()) paths.push_back(Compute::bf16_dot);
+    return paths;
 }
 
 /// The path Compute::bf16 takes on a CPU that has vdpbf16ps or not (`dot_available`): vdpbf16ps
