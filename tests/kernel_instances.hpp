@@ -25,11 +25,7 @@
     PREFIX template decltype(diffattn::detail::dint_attention<T, T>) diffattn::detail::dint_attention<T, T>;      \
     PREFIX template decltype(diffattn::detail::gda_attention<T, T>) diffattn::detail::gda_attention<T, T>;
 
-// Not with clang: clang 14 mangles a kernel whose key/value scalar S is a second template
-// parameter differently where it is called (f<T, S>) and where it is instantiated explicitly
-// (a substitution index in the name differs), so the calls would not find the one copy; its
-// builds (the sanitizer presets) instantiate the kernels in every TU instead.
-#if defined(DIFFATTN_TEST_SHARED_SUPPORT) && !defined(__clang__)
+#if defined(DIFFATTN_TEST_SHARED_SUPPORT)
 DIFFATTN_TEST_KERNEL_INSTANCES(extern, float)
 DIFFATTN_TEST_KERNEL_INSTANCES(extern, double)
 #endif
