@@ -40,7 +40,8 @@ inline bool bf16_dot_available() {
 
 /// The explicit BF16 paths this build and CPU run, each a Compute naming one ProductPath:
 /// bf16_widened everywhere, bf16_dot where bf16_dot_available(). What the tests and benchmarks
-/// iterate over to cover every path the host offers (the automatic Compute::bf16 is one of these).
+/// iterate over to cover every path the host offers; Compute::bf16, the automatic choice, resolves
+/// to one of them (automatic_bf16_path) and is not in the list.
 inline std::vector<Compute> bf16_paths_here() {
     std::vector<Compute> paths{Compute::bf16_widened};
     if (bf16_dot_available()) paths.push_back(Compute::bf16_dot);
