@@ -18,11 +18,11 @@
 //   pair/what:<what>/N:<N>/d:<d>/mask:<m>
 //                                   two of the above timed call for call in alternation (run_pair,
 //                                   register_pairs): the ratio targets at N 1024..4096
-//   <family>_bf16/.../products:<dot|widened>, bf16_gemm/..., pair/what:bf16_...
+//   <family>_bf16/.../products:<dot|amx|widened>, bf16_gemm/..., pair/what:bf16_...
 //                                   the kernels with BF16 products (AttentionOptions::compute) and
 //                                   the BF16 GEMM yardstick (bf16_gemm_yardstick.hpp: oneDNN's
 //                                   matmul or our own vdpbf16ps GEMM, the faster), register_bf16
-//   linear/N:<N>/in:<i>/out:<o>/weights:<f32|bf16>/threads:<T>/compute:<scalar|bf16_widened|bf16_dot>
+//   linear/N:<N>/in:<i>/out:<o>/weights:<f32|bf16>/threads:<T>/compute:<scalar|bf16_widened|bf16_dot|bf16_amx>
 //                                   a prefill's projection (linear()) at Motif-2.6B's widths, in
 //                                   float and with BF16 products (docs/math.md §10.1), register_linear
 //
@@ -71,7 +71,7 @@ struct Case {
     int threads = 1;
     Index gr = 4;     // gda: signal heads of the group
     Index heads = 1;  // diff: heads run one after another (gda_vs_diff's gr DIFF heads)
-    Compute compute = Compute::scalar;  ///< bf16_dot / bf16_widened: the *_bf16 families
+    Compute compute = Compute::scalar;  ///< bf16_dot / bf16_amx / bf16_widened: the *_bf16 families
 
     Index value_dim() const { return kind == Kind::softmax ? d : 2 * d; }
     double flops() const {
@@ -94,8 +94,11 @@ struct Case {
         }
         return "?";
     }
-    /// "dot" or "widened" for the BF16 families (their products: docs/math.md §7.1).
-    const char* products() const { return compute == Compute::bf16_dot ? "dot" : "widened"; }
+    /// "dot", "amx" or "widened" for the BF16 families (their products: docs/math.md §7.1).
+    const char* products() const { return products_of(compute); }
+    static const char* products_of(Compute compute) {
+        return compute == Compute::bf16_dot ? "dot" : compute == Compute::bf16_amx ? "amx" : "widened";
+    }
     /// Logits of the maps the products make (softmax 1, DIFF 2), S = N, causal counted half.
     double logits() const {
         const double one = double(n) * double(n) * (causal ? 0.5 : 1.0);
@@ -199,7 +202,7 @@ double fold_seconds_per_logit(Index value_dim) {
 ///   vs_bf16_gemm      GFLOPs over the BF16 GEMM yardstick's mean rate (bf16_gemm_yardstick.hpp)
 ///   bf16_gemm_GFLOPs  that denominator
 ///   bound_GFLOPs      softmax and DIFF: the rate the kernel could reach if its products ran at
-///                     the rate of their own GEMM (bf16_dot: the BF16 yardstick; bf16_widened:
+///                     the rate of their own GEMM (bf16_dot, bf16_amx: the BF16 yardstick; bf16_widened:
 ///                     SGEMM) and the online softmax took its own time per logit on top
 ///                     (fold_seconds_per_logit): flops / (flops / products' rate + logits t_fold)
 ///   bound_share       GFLOPs over bound_GFLOPs
@@ -210,7 +213,9 @@ void report_bf16(benchmark::State& state, const Case& c) {
     state.counters["bf16_gemm_GFLOPs"] = bf16.mean;
     if (bf16.mean > 0) state.counters["vs_bf16_gemm"] = rate / bf16.mean;
     if (c.kind != Kind::dint) {
-        const double products = c.compute == Compute::bf16_dot ? bf16.mean : double(state.counters["gemm_GFLOPs"]);
+        // The products' rate: the BF16 GEMM's for the BF16 instructions, the SGEMM's for the widened ones.
+        const bool bf16_instructions = c.compute == Compute::bf16_dot || c.compute == Compute::bf16_amx;
+        const double products = bf16_instructions ? bf16.mean : double(state.counters["gemm_GFLOPs"]);
         if (products > 0) {
             const double seconds = c.flops() / (products * 1e9) + c.logits() * fold_seconds_per_logit(c.value_dim());
             state.counters["bound_GFLOPs"] = c.flops() / seconds / 1e9;
@@ -484,7 +489,7 @@ void register_pairs(const bench::BenchArgs& args, const std::vector<Index>& size
 
 /// The BF16 products (docs/math.md §7.1; docs/benchmarks.md, "BF16 products") at N 1024 to 4096,
 /// causal (global_mean: none), d 64 and 128, for each way this CPU multiplies in BF16 (products
-/// widened; dot where it has AVX512-BF16), on 1 and 2 threads:
+/// widened; dot where it has AVX512-BF16; amx where it has AMX tiles), on 1 and 2 threads:
 ///   <family>_bf16/N/d/mask/threads/products:<p>   softmax, DIFF and every DINT mode (run_kernel:
 ///                                                 vs_bf16_gemm, bound_share)
 ///   bf16_gemm/N/d/mask/threads                    the BF16 GEMM yardstick of a softmax map's flops
@@ -519,7 +524,7 @@ void register_bf16(const bench::BenchArgs& args, const std::vector<Index>& sizes
                 const Case gemm = make(Kind::softmax, n, d, true, threads, Compute::scalar);
                 bench::add(args, gemm.name("bf16_gemm"), [gemm](benchmark::State& s) { run_bf16_gemm(s, gemm); });
                 for (Compute compute : products) {
-                    const std::string p = compute == Compute::bf16_dot ? "dot" : "widened";
+                    const std::string p = Case::products_of(compute);
                     for (Kind kind : {Kind::softmax, Kind::diff}) {
                         const Case bf16 = make(kind, n, d, true, threads, compute);
                         bench::add(args, bf16.name(bf16.family()), [bf16](benchmark::State& s) { run_kernel(s, bf16); });

@@ -890,10 +890,16 @@ TEST_CASE("BF16 products where they cannot run", "[catalogue][options]") {
     o.compute = Compute::bf16;
     CHECK_ERROR(OptionError, softmax_attention(q, q, v, out, o),
                 "softmax_attention: compute bf16 needs a float kernel; this one computes in double");
-    // A CPU without vdpbf16ps, whatever this one has: the check the kernels make with its answer.
-    CHECK_ERROR(OptionError, detail::resolve_products<float>("softmax_attention", Compute::bf16_dot, false),
+    // A CPU without vdpbf16ps or AMX tiles, whatever this one has: the check the kernels make with its answer.
+    const Bf16Units none{}, dot_only{true, false};
+    CHECK_ERROR(OptionError, detail::resolve_products<float>("softmax_attention", Compute::bf16_dot, none),
                 "compute bf16_dot needs a CPU with AVX512-BF16 (vdpbf16ps), which this one lacks");
-    CHECK(detail::resolve_products<float>("softmax_attention", Compute::bf16, false) == ProductPath::bf16_widened);
+    CHECK_ERROR(OptionError, detail::resolve_products<float>("softmax_attention", Compute::bf16_amx, dot_only),
+                "compute bf16_amx needs a CPU with AMX tiles (AMX-BF16, granted by the OS) and AVX512-BF16, which "
+                "this one lacks");
+    CHECK(detail::resolve_products<float>("softmax_attention", Compute::bf16, none) == ProductPath::bf16_widened);
+    CHECK(detail::resolve_products<float>("softmax_attention", Compute::bf16_amx, Bf16Units{true, true}) ==
+          ProductPath::bf16_amx);
     const RowMatrix<float> qf = q.cast<float>(), vf = v.cast<float>();
     RowMatrix<float> outf(9, 8);
     o.compute = Compute::bf16_dot;

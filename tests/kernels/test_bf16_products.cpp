@@ -1,12 +1,14 @@
 // The BF16 products of the tiled core (AttentionOptions::compute, docs/math.md §7.1): the rounding
-// and the vdpbf16ps packings against plain sums; every kind and DINT mode on every path this host
-// offers (bf16_widened everywhere, bf16_dot where the CPU has AVX512-BF16, bf16 the automatic
-// choice) within the bound of docs/math.md §7.1 of the exact result, and the paths within the
-// bound of one another; a BF16 KV cache read without a conversion; calls of few rows left in float.
+// and the vdpbf16ps packings against plain sums, the AMX tiles against their emulation; every kind
+// and DINT mode on every path this host offers (bf16_widened everywhere, bf16_dot where the CPU has
+// AVX512-BF16, bf16_amx there too, on AMX tiles or emulated ones, bf16 the automatic choice)
+// within the bound of docs/math.md §7.1 of the exact result, and the paths within the bound of one
+// another; a BF16 KV cache read without a conversion; calls of few rows left in float.
 #include "test_support.hpp"
 
 #include "diffattn/kernels/bf16_dot.hpp"
 #include "diffattn/kernels/bf16_rounding.hpp"
+#include "diffattn/kernels/bf16_tiles.hpp"
 #include "diffattn/kernels/diff_attention.hpp"
 #include "diffattn/kernels/dint_attention.hpp"
 #include "diffattn/kernels/gda_attention.hpp"
@@ -136,7 +138,8 @@ void check_bf16_case(std::mt19937& rng, const KernelCase& c, AttentionWorkspace<
         const RowMatrix<double> rounded_bound = bf16_bound(Bf16Comparison::rounded_inputs, run.kind, rounded,
                                                            run.integral, c.options(), history ? &exact_history : nullptr);
         std::vector<RowMatrix<float>> outs;
-        for (Compute compute : bf16_modes()) {
+        const std::vector<Compute> modes = bf16_modes();
+        for (Compute compute : modes) {
             AttentionOptions o = c.options();
             o.compute = compute;
             outs.push_back(run_kind(run.kind, run.integral, in, o, history ? &float_history : nullptr, workspace));
@@ -144,11 +147,13 @@ void check_bf16_case(std::mt19937& rng, const KernelCase& c, AttentionWorkspace<
             check_within(what + " " + to_string(compute) + " on the rounded inputs", outs.back(), rounded_oracle,
                          rounded_bound, 2 * rounded_plain + 1e-6);
         }
-        if (outs.size() == 3) {  // vdpbf16ps against the widened products
+        // vdpbf16ps and the AMX tiles against the widened products (modes[0]).
+        for (std::size_t i = 1; i < modes.size(); ++i) {
+            if (modes[i] == Compute::bf16) continue;
             const RowMatrix<double> paths = bf16_bound(Bf16Comparison::paths, run.kind, wide, run.integral,
                                                        c.options(), history ? &exact_history : nullptr);
-            check_within(what + " bf16_dot vs bf16_widened", outs[2], outs[0].cast<double>(), paths,
-                         4 * plain + 2e-6);
+            check_within(what + " " + to_string(modes[i]) + " vs bf16_widened", outs[i], outs[0].cast<double>(),
+                         paths, 4 * plain + 2e-6);
         }
     }
 }
@@ -293,6 +298,66 @@ TEST_CASE("bf16_dot: the BF16 rows, pair panels and vdpbf16ps products match sum
         HeadBlocks<Eigen::bfloat16>::blocked_keys(store.data(), 1, k, n).write_rows(0, keys_bf16);
         dot::pack_blocked_keys(reinterpret_cast<const std::uint16_t*>(store.data()), n, k, from_blocks.data(), ldk);
         CHECK(from_blocks == key_panels);
+    }
+#endif
+}
+
+TEST_CASE("bf16_amx: the tile products on the pair packings match sums in double, and the AMX tiles match "
+          "their emulation",
+          "[kernels][bf16]") {
+    if (!bf16_dot_available()) {
+        WARN("this CPU has no AVX512-BF16: the packings of the bf16_amx path are not made here");
+        return;
+    }
+#if defined(DIFFATTN_X86_TARGETS)
+    namespace dot = detail::bf16_dot;
+    namespace tiles = detail::bf16_tiles;
+    DIFFATTN_TEST_RNG(rng);
+    const bool hardware = detail::cpu_has_amx_bf16();
+    if (!hardware) WARN("this CPU has no AMX tiles: only their emulation runs here");
+    const auto bf16 = [](float x) { return detail::round_to_bf16(x); };
+    constexpr dot::Word kNaNs = 0x7fc07fc0u;  // two BF16 NaNs: any word read past the operands shows
+    for (int trial = 0; trial < 40; ++trial) {
+        // Edges of 16 and 32 rows, columns and words on both sides, and shapes past one block.
+        const Index m = trial < 8 ? 16 * (trial % 4 + 1) + trial / 4 - 1 : uniform_index(rng, 1, 80);
+        const Index n = trial < 8 ? 32 * (trial % 3 + 1) - trial % 2 : uniform_index(rng, 1, 150);
+        const Index k = trial < 8 ? 32 * (trial % 2 + 1) + trial % 3 - 1 : uniform_index(rng, 1, 140);
+        INFO("m " << m << " n " << n << " k " << k);
+        const RowMatrix<float> a = random_matrix<float>(rng, m, k, -3, 3), b = random_matrix<float>(rng, k, n, -3, 3);
+        const Index lda = dot::words_of(k) + trial % 3, pairs = dot::words_of(k), ldb = dot::panel_columns(n);
+        std::vector<dot::Word> rows(static_cast<std::size_t>(m * lda), kNaNs);
+        dot::pack_rows(a.data(), m, k, k, rows.data(), lda);
+        std::vector<dot::Word> panels(static_cast<std::size_t>(pairs * ldb));  // exactly: ASan sees a read past
+        dot::pack_values(b.data(), k, n, n, panels.data(), ldb);
+        const bool accumulate = trial % 2 == 1;
+        const float alpha = trial % 4 == 0 ? 1.0f : 0.37f;
+        // C's stride leaves 3 columns past n that no product may write.
+        RowMatrix<float> emulated = RowMatrix<float>::Constant(m, n + 3, 7.0f), ran = emulated;
+        tiles::EmulatedTiles unit;
+        tiles::multiply_on(unit, rows.data(), lda, m, panels.data(), ldb, n, pairs, emulated.data(),
+                           emulated.outerStride(), alpha, accumulate);
+        tiles::multiply(rows.data(), lda, m, panels.data(), ldb, n, pairs, ran.data(), ran.outerStride(), alpha,
+                        accumulate);
+        Index wrong = 0, apart = 0;
+        for (Index r = 0; r < m; ++r) {
+            for (Index j = 0; j < n; ++j) {
+                double sum = 0, magnitude = 0;
+                for (Index i = 0; i < k; ++i) {
+                    const double term = static_cast<double>(bf16(a(r, i))) * bf16(b(i, j));
+                    sum += term;
+                    magnitude += std::abs(term);
+                }
+                const double want = accumulate ? 7.0 + sum : alpha * sum;
+                const double allowed = fp32_gamma(k + 2) * (magnitude + 7.0);
+                wrong += !(std::abs(emulated(r, j) - want) <= allowed);
+                // The registers against the emulation: two sums of the same products.
+                apart += !(std::abs(static_cast<double>(ran(r, j)) - emulated(r, j)) <= 2 * allowed);
+            }
+            for (Index j = n; j < n + 3; ++j) wrong += emulated(r, j) != 7.0f || ran(r, j) != 7.0f;
+        }
+        CHECK(wrong == 0);
+        CHECK(apart == 0);
+        if (!hardware) CHECK((ran.array() == emulated.array()).all());  // the emulation ran for both
     }
 #endif
 }

@@ -61,7 +61,8 @@ TEST_CASE("linear with BF16 products: fp32 sums of the BF16-rounded operands", "
                 const naive::Mat out = wide_out.middleCols(1, features).cast<double>();
                 const naive::Mat xr = rounded_to_bf16(x), wr = rounded_to_bf16(decoded);
                 const double gamma = depth * eps / (1 - depth * eps);
-                const double flushed = compute == Compute::bf16_dot ? depth * std::ldexp(1.0, -126) : 0.0;
+                const bool flushes = compute == Compute::bf16_dot || compute == Compute::bf16_amx;
+                const double flushed = flushes ? depth * std::ldexp(1.0, -126) : 0.0;
                 const naive::Mat exact = naive::linear(xr, wr);
                 const naive::Mat bound = naive::linear(xr.cwiseAbs(), wr.cwiseAbs()) * gamma;
                 CHECK(((out - exact).cwiseAbs().array() <= bound.array() + flushed).all());

@@ -11,6 +11,7 @@ enum class Compute {
                    ///< this CPU offers (kernels/product_path.hpp says which); float kernels only
     bf16_dot,      ///< as bf16, multiplied by AVX512-BF16's vdpbf16ps; an error on a CPU without it
     bf16_widened,  ///< as bf16, the rounded operands multiplied by the float products (any CPU)
+    bf16_amx,      ///< as bf16, multiplied by AMX tiles' tdpbf16ps; an error on a CPU without them
 };
 
 /// The spelling of `compute` in messages and on the command line.
@@ -20,6 +21,7 @@ inline const char* to_string(Compute compute) {
         case Compute::bf16: return "bf16";
         case Compute::bf16_dot: return "bf16_dot";
         case Compute::bf16_widened: return "bf16_widened";
+        case Compute::bf16_amx: return "bf16_amx";
     }
     return "unknown";
 }

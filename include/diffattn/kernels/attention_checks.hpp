@@ -136,7 +136,7 @@ ResolvedOptions check_attention(const char* function, const char* q_name, const 
     require_thread_count(function, options.threads);
     ResolvedOptions resolved = resolve_options<T>(function, options, q_name, q, k_name, k);
     resolved.threads = available_threads(options.threads);
-    resolved.products = resolve_products<T>(function, options.compute, bf16_dot_available());
+    resolved.products = resolve_products<T>(function, options.compute);
     return resolved;
 }
 

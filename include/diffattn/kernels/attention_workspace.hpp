@@ -83,7 +83,7 @@ public:
     /// (kernels/dint_few_rows.hpp); at least kept_rows rows of them (GDA's decode step keeps gr + 1:
     /// kernels/gda_attention.hpp)
     /// + threads * O(kGroupRows * head_dim + kKeyTile * value_dim) BF16 packings where `compute`
-    /// takes the bf16_dot path (kernels/packed_tiles.hpp). The tiled core's products then follow
+    /// takes the bf16_dot or bf16_amx path (kernels/packed_tiles.hpp). The tiled core's products then follow
     /// `compute` until the next reserve() (each kernel call reserves with its own first).
     void reserve(Index seq_len_q, Index seq_len_kv, Index head_dim, Index value_dim, int threads = 1,
                  Index kept_rows = 0, Compute compute = Compute::scalar) {
@@ -91,7 +91,7 @@ public:
         if (blocks_.size() < static_cast<std::size_t>(t)) blocks_.resize(static_cast<std::size_t>(t));
         const ProductPath path = product_path(compute);
         for (auto& block : blocks_) {
-            block.reserve(head_dim, value_dim, path == ProductPath::bf16_dot);
+            block.reserve(head_dim, value_dim, uses_pair_packings(path));
             block.packed.path = path;
         }
         grow_to(block_row_sums_, query_block_count(seq_len_q), value_dim);

@@ -45,7 +45,7 @@ ResolvedOptions check_gda(const char* function, const ConstMatrixRef<T>& q1, con
     require_thread_count(function, options.threads);
     ResolvedOptions resolved = resolve_options<T>(function, options, "Q2", q2, "K2", k2);
     resolved.threads = available_threads(options.threads);
-    resolved.products = resolve_products<T>(function, options.compute, bf16_dot_available());
+    resolved.products = resolve_products<T>(function, options.compute);
     return resolved;
 }
 

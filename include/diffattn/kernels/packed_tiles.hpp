@@ -5,7 +5,8 @@
 //                 packing (a packing is a copy, so this is rounding before it), on any CPU;
 //   bf16_dot      vdpbf16ps on BF16 packings (bf16_dot.hpp): Q and P as BF16 rows, K^T and V as
 //                 pair panels, packed once per group or key tile and reused by its blocks; a BF16
-//                 KV cache's keys and values are repacked without a conversion.
+//                 KV cache's keys and values are repacked without a conversion;
+//   bf16_amx      AMX tiles' tdpbf16ps (bf16_tiles.hpp) on the same packings.
 // Either BF16 path is the same contract: the products of BF16-rounded operands summed in fp32
 // (a product of two BF16 values is exact in fp32). Only float kernels take them.
 #pragma once
@@ -40,20 +41,20 @@ struct PackedTiles {
     Vector<T> keys;           ///< [kKeyTile * head_dim] a key tile (gebp's A)
     Vector<T> values;         ///< [kKeyTile * value_dim] a value tile, transposed (gebp's A)
     Vector<T> probabilities;  ///< [kQueryTile * kKeyTile] a block's probabilities, transposed (gebp's B)
-    // bf16_dot (bf16_dot.hpp's layouts), with their strides in words.
+    // bf16_dot and bf16_amx (bf16_dot.hpp's layouts), with their strides in words.
     Vector<Word> bf16_queries;        ///< [kGroupRows x words(head_dim)] BF16 rows
     Vector<Word> bf16_keys;           ///< [words(head_dim) x columns(kKeyTile)] pair panels of K^T
     Vector<Word> bf16_values;         ///< [words(kKeyTile) x columns(value_dim)] pair panels of V
     Vector<Word> bf16_probabilities;  ///< [kQueryTile x words(kKeyTile)] BF16 rows
     Index query_words = 0, key_columns = 0, value_columns = 0;
 
-    /// Room for heads of these widths; the bf16_dot packings only with `bf16_dot`.
-    void reserve(Index head_dim, Index value_dim, bool bf16_dot) {
+    /// Room for heads of these widths; the BF16 packings only with `pair_packings`.
+    void reserve(Index head_dim, Index value_dim, bool pair_packings) {
         grow(queries, kGroupRows * head_dim);
         grow(keys, kKeyTile * head_dim);
         grow(values, kKeyTile * value_dim);
         grow(probabilities, kQueryTile * kKeyTile);
-        if (!bf16_dot) return;
+        if (!pair_packings) return;
         grow(bf16_queries, kGroupRows * words(head_dim));
         grow(bf16_keys, words(head_dim) * columns(kKeyTile));
         grow(bf16_values, words(kKeyTile) * columns(value_dim));
@@ -63,7 +64,7 @@ struct PackedTiles {
     /// Packs the query rows [rows x head_dim] of a group.
     template <typename Rows>
     void pack_queries(const Rows& rows) {
-        if (dot()) {
+        if (pair_packed()) {
 #if defined(DIFFATTN_X86_TARGETS)
             if constexpr (std::is_same_v<T, float>) {
                 query_words = words(rows.cols());
@@ -82,7 +83,7 @@ struct PackedTiles {
     template <typename S>
     void pack_keys(const detail::KeyRows<S>& k, Index begin, Index count, RowMatrix<T>& key_tile) {
         const Index cols = k.cols();
-        if (dot()) {
+        if (pair_packed()) {
 #if defined(DIFFATTN_X86_TARGETS)
             if constexpr (std::is_same_v<T, float>) {
                 key_columns = columns(count);
@@ -112,7 +113,7 @@ struct PackedTiles {
     /// Packs a tile of values: rows [begin, begin + values.rows()) of v, which `values` holds in T.
     template <typename S, typename Values>
     void pack_values(const ConstMatrixRef<S>& v, Index begin, const Values& values) {
-        if (dot()) {
+        if (pair_packed()) {
 #if defined(DIFFATTN_X86_TARGETS)
             if constexpr (std::is_same_v<T, float>) {
                 value_columns = columns(values.cols());
@@ -140,12 +141,12 @@ struct PackedTiles {
     /// multiple of kQueryTile (a block starts a fresh panel of Eigen's packing).
     template <typename Tile>
     void multiply_logits(Tile& tile, Index row, Index depth, T scale) const {
-        if (dot()) {
+        if (pair_packed()) {
 #if defined(DIFFATTN_X86_TARGETS)
             if constexpr (std::is_same_v<T, float>) {
-                detail::bf16_dot::multiply(bf16_queries.data() + row * query_words, query_words, tile.rows(),
-                                           bf16_keys.data(), key_columns, tile.cols(), words(depth), tile.data(),
-                                           tile.outerStride(), scale, false);
+                detail::multiply_pairs(path, bf16_queries.data() + row * query_words, query_words, tile.rows(),
+                                       bf16_keys.data(), key_columns, tile.cols(), words(depth), tile.data(),
+                                       tile.outerStride(), scale, false);
             }
 #endif
             return;
@@ -161,15 +162,14 @@ struct PackedTiles {
     template <typename Acc, typename Probabilities>
     void accumulate(Acc&& acc, const Probabilities& p, Index tile_keys) {
         const Index keys = p.cols();
-        if (dot()) {
+        if (pair_packed()) {
 #if defined(DIFFATTN_X86_TARGETS)
             if constexpr (std::is_same_v<T, float>) {
                 const Index p_words = words(keys);
                 detail::bf16_dot::pack_rows(p.data(), p.rows(), keys, p.outerStride(), bf16_probabilities.data(),
                                             p_words);
-                detail::bf16_dot::multiply(bf16_probabilities.data(), p_words, acc.rows(), bf16_values.data(),
-                                           value_columns, acc.cols(), p_words, acc.data(), acc.outerStride(), 1.0f,
-                                           true);
+                detail::multiply_pairs(path, bf16_probabilities.data(), p_words, acc.rows(), bf16_values.data(),
+                                       value_columns, acc.cols(), p_words, acc.data(), acc.outerStride(), 1.0f, true);
             }
 #endif
             (void)tile_keys;
@@ -184,12 +184,13 @@ struct PackedTiles {
     bool rounds_probabilities_in_fold() const { return std::is_same_v<T, float> && path == ProductPath::bf16_widened; }
 
     /// Whether acc += P V over a prefix of `keys` of a tile of `tile_keys` packed values reads a value
-    /// row past the prefix: bf16_dot multiplies pairs of rows, so an odd prefix reads its partner
+    /// row past the prefix: the pair packings multiply pairs of rows, so an odd prefix reads its partner
     /// row too (times a zero, which is NaN if that row is not finite).
-    bool reads_past(Index keys, Index tile_keys) const { return dot() && keys % 2 == 1 && keys < tile_keys; }
+    bool reads_past(Index keys, Index tile_keys) const { return pair_packed() && keys % 2 == 1 && keys < tile_keys; }
 
 private:
-    bool dot() const { return std::is_same_v<T, float> && path == ProductPath::bf16_dot; }
+    /// Whether the products take bf16_dot.hpp's packings (bf16_dot, bf16_amx; float kernels only).
+    bool pair_packed() const { return std::is_same_v<T, float> && uses_pair_packings(path); }
     static Index words(Index n) { return (n + 1) / 2; }
     /// A packing's entries rounded to BF16 (the widened path; float kernels only).
     static void round_in_place(T* p, Index n) {

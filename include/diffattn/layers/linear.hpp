@@ -83,7 +83,7 @@ struct LinearProduct {
 ///            flops_per_weight_read per weight it reads). Results do not depend on the thread count.
 ///            context.compute: a BF16 mode makes the products of many rows BF16 products
 ///            (detail::linear_block_through_panels, docs/math.md §10.1; float only: OptionError for a double
-///            product, and for bf16_dot on a CPU without it); a decode step stays in T.
+///            product, and for bf16_dot or bf16_amx on a CPU without its unit); a decode step stays in T.
 template <typename T, std::size_t K>
 void linear_each(const ConstMatrixRef<T>& x, const LinearProduct<T> (&products)[K],
                  const ExecutionContext& context = {}) {
@@ -91,7 +91,7 @@ void linear_each(const ConstMatrixRef<T>& x, const LinearProduct<T> (&products)[
     const bool few_rows = tokens < detail::kFewRowsLinear;
     const ProductPath path = context.compute == Compute::scalar || few_rows
                                  ? ProductPath::scalar
-                                 : detail::resolve_products<T>("linear", context.compute, bf16_dot_available());
+                                 : detail::resolve_products<T>("linear", context.compute);
     const bool bf16 = path != ProductPath::scalar;
     double work = 0;
     bool stored = false;  // a weight in another format than f32

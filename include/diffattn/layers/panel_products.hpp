@@ -7,7 +7,8 @@
 //   BF16 products (ExecutionContext::compute, docs/math.md §10.1), float only, any format: the
 //     panel rounded to BF16 (a bf16 weight is BF16 already), and the input rows, kOperandRows at a
 //     time in the thread's operand room, rounded (bf16_widened: then Eigen's float GEMM) or packed
-//     as BF16 rows with the panel as pair panels (bf16_dot: kernels/bf16_dot.hpp's vdpbf16ps).
+//     as BF16 rows with the panel as pair panels (bf16_dot: kernels/bf16_dot.hpp's vdpbf16ps;
+//     bf16_amx: kernels/bf16_tiles.hpp's AMX tiles).
 #pragma once
 
 #include "diffattn/core/linear_weight.hpp"
@@ -37,13 +38,13 @@ inline void bf16_weight_panel(const WeightView<float>& w, Index first_row, Index
 
 /// into [n x features] (+)= bf16(x [n x count]) weights^T for the rounded panel `weights`
 /// [features x count], by `path`, in `operands` (kOperandRows x kDepth floats); `accumulate`
-/// adds to into. bf16_dot packs the panel into the operand room when `pack_weights` (the first
-/// rows of a panel) and reuses it for the next rows.
+/// adds to into. bf16_dot and bf16_amx pack the panel into the operand room when `pack_weights`
+/// (the first rows of a panel) and reuse it for the next rows.
 inline void bf16_panel_product(const float* x, Index x_stride, Index n, Index count, const float* weights,
                                Index features, float* into, Index into_stride, ProductPath path, float* operands,
                                bool accumulate, bool pack_weights) {
 #if defined(DIFFATTN_X86_TARGETS)
-    if (path == ProductPath::bf16_dot) {
+    if (uses_pair_packings(path)) {
         // The operand room in halves: the panel's pair panels (W^T), then the rows of x as BF16 rows.
         namespace dot = bf16_dot;
         const Index words = dot::words_of(count), ldb = dot::panel_columns(features);
@@ -51,7 +52,7 @@ inline void bf16_panel_product(const float* x, Index x_stride, Index n, Index co
         dot::Word* x_rows = weight_pairs + WeightPanels::kOperandRows * WeightPanels::kDepth / 2;
         if (pack_weights) dot::pack_keys(weights, features, count, count, weight_pairs, ldb);
         dot::pack_rows(x, n, count, x_stride, x_rows, words);
-        dot::multiply(x_rows, words, n, weight_pairs, ldb, features, words, into, into_stride, 1.0f, accumulate);
+        multiply_pairs(path, x_rows, words, n, weight_pairs, ldb, features, words, into, into_stride, 1.0f, accumulate);
         return;
     }
 #endif
@@ -69,8 +70,8 @@ inline void bf16_panel_product(const float* x, Index x_stride, Index n, Index co
 }
 
 /// out.block(first_token, first_feature, rows, columns) = x rows x W rows^T through panels (the
-/// file comment): `path` scalar for a stored weight (any T), bf16_widened or bf16_dot for BF16
-/// products (float; a path this CPU runs); `panel` the thread's WeightPanels::panel, `operands`
+/// file comment): `path` scalar for a stored weight (any T), bf16_widened, bf16_dot or bf16_amx for
+/// BF16 products (float; a path this CPU runs); `panel` the thread's WeightPanels::panel, `operands`
 /// its WeightPanels::operands (BF16 products only).
 template <typename T>
 void linear_block_through_panels(const ConstMatrixRef<T>& x, const WeightView<T>& w, MatrixRef<T>& out,

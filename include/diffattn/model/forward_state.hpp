@@ -60,7 +60,7 @@ struct ForwardState {
     /// the projections' over many rows (docs/math.md §7.1, §10.1). OptionError for a BF16 mode of a
     /// double model or one this CPU cannot run.
     void set_compute(Compute compute) {
-        detail::resolve_products<T>("ForwardState::set_compute", compute, bf16_dot_available());
+        detail::resolve_products<T>("ForwardState::set_compute", compute);
         // BF16 projections round their input rows beside each thread's panel (layers/panel_products.hpp).
         if (rounds_to_bf16(compute) && panels_ != nullptr && !panels_->holds_bf16_operands()) {
             panels_ = std::make_unique<WeightPanels>(context_.threads, sizeof(T), true);

@@ -90,7 +90,7 @@ std::vector<Token> generate(const DecoderModel<T>& model, const std::vector<Toke
     const Index prompt_len = static_cast<Index>(prompt.size());
     const Index count = options.max_new_tokens;
     check_generate(model, prompt_len, count, options.use_cache, options.kv_precision);
-    detail::resolve_products<T>("generate", options.compute, bf16_dot_available());  // before allocating
+    detail::resolve_products<T>("generate", options.compute);  // before allocating
     std::vector<Token> generated;
     if (count == 0) return generated;
     generated.reserve(static_cast<std::size_t>(count));
