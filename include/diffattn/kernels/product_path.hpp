@@ -1,7 +1,9 @@
 // How a call's BF16 products are taken on the CPU in hand (docs/math.md §7.1, §10.1): the
 // ProductPath a Compute mode resolves to, the one check of a mode against the kernel's scalar and
-// the CPU, and the rounding of operands to BF16. The tiled attention core (packed_tiles.hpp) and
-// the projections of many rows (layers/panel_products.hpp) both resolve their products here.
+// the CPU, the rounding of operands to BF16, and the dispatch of the pair packings' products to
+// vdpbf16ps (bf16_dot.hpp) or AMX tiles (bf16_tiles.hpp). The tiled attention core
+// (packed_tiles.hpp) and the projections of many rows (layers/panel_products.hpp) both resolve and
+// multiply their products here.
 #pragma once
 
 #include "diffattn/core/checks.hpp"
