@@ -9,7 +9,8 @@
 //   diffattn-forward --logits out.safetensors  also write all logits as F32 tensor `logits` [tokens, vocab]
 //   diffattn-forward --threads 4               attention heads on 4 threads (OpenMP builds)
 //   diffattn-forward --precision double        compute in double instead of float
-//   diffattn-forward --compute bf16            a prefill's products on BF16 operands (docs/math.md §7.1, §10.1)
+//   diffattn-forward --compute bf16            a prefill's products on BF16 operands (docs/math.md §7.1, §10.1);
+//                                              bf16_widened, bf16_dot or bf16_amx name the way
 //   diffattn-forward --weights q8_0            store every 2-D weight as bf16, q8_0 or q4_0 (f32:
 //                                              the model's scalar; default: as DIR stores them)
 //   diffattn-forward --generate 16             greedy continuation by 16 tokens with a KV cache,
@@ -113,7 +114,7 @@ struct Options {
     int generate = 0;                   // --generate K: tokens to generate (0: none)
     bool use_cache = true;              // --no-cache: full recompute at every generation step
     KvPrecision kv_cache = KvPrecision::f32;  // --kv-cache f32|f16|bf16: the cache's stored scalar
-    Compute compute = Compute::scalar;        // --compute f32|bf16: the prefill's attention products
+    Compute compute = Compute::scalar;        // --compute f32|bf16|bf16_<way>: the prefill's products
     std::optional<WeightFormat> weights;      // --weights f32|bf16|q8_0|q4_0 (LoadOptions::weights)
     SamplingOptions sampling;           // --temperature, --top-k, --top-p, --seed (greedy by default)
     std::vector<std::string> sampling_flags;  // the sampling flags given, for the checks
@@ -122,7 +123,7 @@ struct Options {
 void print_help(std::ostream& out) {
     out << "usage: diffattn-forward [--model DIR] [--tokens \"ID ID ...\" | --prompt TEXT [--tokenize]]\n"
            "                        [--logits FILE] [--threads T] [--precision float|double]\n"
-           "                        [--compute f32|bf16]\n"
+           "                        [--compute f32|bf16|bf16_widened|bf16_dot|bf16_amx]\n"
            "                        [--weights f32|bf16|q8_0|q4_0]\n"
            "                        [--generate K [--no-cache | --kv-cache f32|f16|bf16]\n"
            "                        [--temperature X [--top-k K]\n"
@@ -156,7 +157,9 @@ void print_help(std::ostream& out) {
            "                     over 8 or more tokens and its projections over 16 or more: f32\n"
            "                     (default; the model's own scalar) or bf16 (the operands rounded\n"
            "                     to 8 significant bits, fp32 sums: docs/math.md §7.1, §10.1;\n"
-           "                     --precision float only). Prints which products this CPU runs.\n"
+           "                     --precision float only), the faster way this CPU has, or one\n"
+           "                     way named: bf16_widened (any CPU), bf16_dot (AVX512-BF16),\n"
+           "                     bf16_amx (AMX tiles). Prints which products this CPU runs.\n"
            "  --weights F        store every 2-D weight (projections, embeddings, output head) as\n"
            "                     f32 (the --precision scalar), bf16, q8_0 or q4_0 (llama.cpp's\n"
            "                     blocks; docs/model.md, \"Weight formats\"). Default: as the\n"
@@ -215,8 +218,14 @@ Options parse_arguments(int argc, char** argv) {
             options.use_double = p == "double";
         } else if (flag == "--compute") {
             const std::string c = value();
-            if (c != "f32" && c != "bf16") throw UsageError{"--compute must be f32 or bf16, got \"" + c + "\""};
-            options.compute = c == "bf16" ? Compute::bf16 : Compute::scalar;
+            options.compute = Compute::scalar;
+            bool known = c == "f32";
+            for (Compute way : {Compute::bf16, Compute::bf16_widened, Compute::bf16_dot, Compute::bf16_amx}) {
+                if (c == to_string(way)) options.compute = way, known = true;
+            }
+            if (!known) {
+                throw UsageError{"--compute must be f32, bf16, bf16_widened, bf16_dot or bf16_amx, got \"" + c + "\""};
+            }
         } else if (flag == "--generate") {
             options.generate = static_cast<int>(parse_integer(flag, value(), 1, 1000000));
         } else if (flag == "--no-cache") {
@@ -263,7 +272,8 @@ Options parse_arguments(int argc, char** argv) {
         throw UsageError{"--kv-cache sets the KV cache that --no-cache turns off; give one"};
     }
     if (options.compute != Compute::scalar && options.use_double) {
-        throw UsageError{"--compute bf16 needs --precision float (BF16 products sum in fp32)"};
+        throw UsageError{std::string("--compute ") + to_string(options.compute) +
+                         " needs --precision float (BF16 products sum in fp32)"};
     }
     if (options.prompt && options.tokens_text) throw UsageError{"--prompt and --tokens both give the input; give one"};
     if (options.prompt && !options.model_dir) {
@@ -455,9 +465,14 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
     threads = 1;
 #endif
     ForwardState<T> state = model.make_state(n, threads);
-    state.set_compute(options.compute);
+    try {
+        state.set_compute(options.compute);
+    } catch (const OptionError& e) {  // a way of multiplying this CPU lacks
+        throw UsageError{std::string("--compute: ") + e.what()};
+    }
     if (ranks.distributed && options.compute != Compute::scalar) {
-        throw UsageError{"--compute bf16 does not run across ranks (mpirun): the ring kernels multiply in float"};
+        throw UsageError{std::string("--compute ") + to_string(options.compute) +
+                         " does not run across ranks (mpirun): the ring kernels multiply in float"};
     }
     if (ranks.distributed && options.generate > 0) {
         throw UsageError{"--generate does not run across ranks (mpirun): only one forward does"};
@@ -494,7 +509,7 @@ int run(const Options& options, const std::optional<Tokenizer>& tokenizer, const
 #endif
     std::cout << "threads: " << threads << "\n";
     if (options.compute != Compute::scalar) {
-        std::cout << "compute: bf16 (" << to_string(product_path(options.compute))
+        std::cout << "compute: " << to_string(options.compute) << " (" << to_string(product_path(options.compute))
                   << " products; attention calls of fewer than " << kMinPackedRows << " tokens and projections of fewer than "
                   << detail::kFewRowsLinear << " in float)\n";
     }

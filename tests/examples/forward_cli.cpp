@@ -9,6 +9,7 @@
 #include "../io/safetensors_test_support.hpp"
 #include "../model/model_files.hpp"
 
+#include "diffattn/core/cpu_features.hpp"
 #include "diffattn/io/safetensors.hpp"
 
 #include "run_program.hpp"
@@ -456,8 +457,30 @@ TEST_CASE("diffattn-forward: Motif-2 checkpoints give the golden logits (--logit
 
 TEST_CASE("diffattn-forward: --compute bf16 runs the prefill on BF16 products and says which",
           "[examples][cli][bf16]") {
-    check_refused(run_forward({"--compute", "fp32"}), {"--compute must be f32 or bf16, got \"fp32\""});
+    check_refused(run_forward({"--compute", "fp32"}),
+                  {"--compute must be f32, bf16, bf16_widened, bf16_dot or bf16_amx, got \"fp32\""});
     check_refused(run_forward({"--compute", "bf16", "--precision", "double"}), {"--compute bf16 needs --precision float"});
+    check_refused(run_forward({"--compute", "bf16_amx", "--precision", "double"}),
+                  {"--compute bf16_amx needs --precision float"});
+    // A named way runs where the CPU has it and is refused, naming what is missing, where not. The
+    // program is built without the tests' emulated tiles: its answer is the CPU's.
+    const Run widened = run_forward({"--compute", "bf16_widened"});
+    CHECK(widened.status == 0);
+    CHECK_THAT(widened.out, Contains("compute: bf16_widened (bf16_widened products;"));
+    const Run amx = run_forward({"--compute", "bf16_amx"});
+    if (detail::cpu_has_avx512_bf16() && detail::cpu_has_amx_bf16()) {
+        CHECK(amx.status == 0);
+        CHECK_THAT(amx.out, Contains("compute: bf16_amx (bf16_amx products;"));
+    } else {
+        check_refused(amx, {"--compute: ForwardState::set_compute: compute bf16_amx needs a CPU with AMX tiles"});
+    }
+    const Run dot = run_forward({"--compute", "bf16_dot"});
+    if (detail::cpu_has_avx512_bf16()) {
+        CHECK(dot.status == 0);
+        CHECK_THAT(dot.out, Contains("compute: bf16_dot (bf16_dot products;"));
+    } else {
+        check_refused(dot, {"compute bf16_dot needs a CPU with AVX512-BF16"});
+    }
     const Run f32 = run_forward({"--compute", "f32", "--generate", "3"});
     const Run bf16 = run_forward({"--compute", "bf16", "--generate", "3"});
     INFO("stdout: " << bf16.out << "\nstderr: " << bf16.err);
