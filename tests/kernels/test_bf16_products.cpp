@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 using namespace diffattn;
@@ -86,6 +87,18 @@ void check_within(const std::string& what, const RowMatrix<float>& got, const Ro
     }
     INFO(what << ": worst error " << worst << " of its allowance");
     CHECK(outside == 0);
+}
+
+/// Row r of A times column j of B, both rounded to BF16, summed in double, and the sum of the
+/// products' magnitudes: what the BF16 product kernels' entry C(r, j) is held to.
+std::pair<double, double> rounded_product_sum(const RowMatrix<float>& a, const RowMatrix<float>& b, Index r, Index j) {
+    double sum = 0, magnitude = 0;
+    for (Index i = 0; i < a.cols(); ++i) {
+        const double term = static_cast<double>(detail::round_to_bf16(a(r, i))) * detail::round_to_bf16(b(i, j));
+        sum += term;
+        magnitude += std::abs(term);
+    }
+    return {sum, magnitude};
 }
 
 /// `in` with Q, K and V rounded to BF16 (the history's queries too).
@@ -263,12 +276,7 @@ TEST_CASE("bf16_dot: the BF16 rows, pair panels and vdpbf16ps products match sum
         dot::multiply(rows.data(), lda, m, panels.data(), ldb, n, pairs, c.data(), c.outerStride(), 0.37f, accumulate);
         for (Index r = 0; r < m; ++r) {
             for (Index j = 0; j < n; ++j) {
-                double sum = 0, magnitude = 0;
-                for (Index i = 0; i < k; ++i) {
-                    const double term = static_cast<double>(bf16(a(r, i))) * bf16(b(i, j));
-                    sum += term;
-                    magnitude += std::abs(term);
-                }
+                const auto [sum, magnitude] = rounded_product_sum(a, b, r, j);
                 const double want = accumulate ? 7.0 + sum : 0.37 * sum;
                 wrong += !(std::abs(c(r, j) - want) <= fp32_gamma(k + 2) * (magnitude + 7.0));
             }
@@ -315,7 +323,6 @@ TEST_CASE("bf16_amx: the tile products on the pair packings match sums in double
     DIFFATTN_TEST_RNG(rng);
     const bool hardware = detail::cpu_has_amx_bf16();
     if (!hardware) WARN("this CPU has no AMX tiles: only their emulation runs here");
-    const auto bf16 = [](float x) { return detail::round_to_bf16(x); };
     constexpr dot::Word kNaNs = 0x7fc07fc0u;  // two BF16 NaNs: any word read past the operands shows
     for (int trial = 0; trial < 40; ++trial) {
         // Edges of 16 and 32 rows, columns and words on both sides, and shapes past one block.
@@ -341,12 +348,7 @@ TEST_CASE("bf16_amx: the tile products on the pair packings match sums in double
         Index wrong = 0, apart = 0;
         for (Index r = 0; r < m; ++r) {
             for (Index j = 0; j < n; ++j) {
-                double sum = 0, magnitude = 0;
-                for (Index i = 0; i < k; ++i) {
-                    const double term = static_cast<double>(bf16(a(r, i))) * bf16(b(i, j));
-                    sum += term;
-                    magnitude += std::abs(term);
-                }
+                const auto [sum, magnitude] = rounded_product_sum(a, b, r, j);
                 const double want = accumulate ? 7.0 + sum : alpha * sum;
                 const double allowed = fp32_gamma(k + 2) * (magnitude + 7.0);
                 wrong += !(std::abs(emulated(r, j) - want) <= allowed);
