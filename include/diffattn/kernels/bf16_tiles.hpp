@@ -22,6 +22,7 @@
 #include "diffattn/core/cpu_features.hpp"
 #include "diffattn/core/types.hpp"
 #include "diffattn/kernels/bf16_dot.hpp"
+#include "diffattn/kernels/bf16_rounding.hpp"
 
 #include <algorithm>
 #include <cfloat>
@@ -141,11 +142,8 @@ public:
 private:
     /// A BF16 value as fp32, a denormal read as zero (of its sign).
     static float widened(std::uint32_t bits) {
-        if ((bits & 0x7f80u) == 0) bits &= 0x8000u;
-        const std::uint32_t wide = bits << 16;
-        float x;
-        std::memcpy(&x, &wide, sizeof x);
-        return x;
+        const bool denormal = (bits & 0x7f80u) == 0;
+        return bf16_value(static_cast<std::uint16_t>(denormal ? bits & 0x8000u : bits));
     }
     static float low(Word w) { return widened(w & 0xffffu); }
     static float high(Word w) { return widened(w >> 16); }
