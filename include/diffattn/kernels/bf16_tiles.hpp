@@ -63,6 +63,7 @@ public:
             config[16 + 2 * t] = static_cast<unsigned char>(kRowBytes);  // bytes a row (little-endian 16 bits)
             config[48 + t] = static_cast<unsigned char>(kTile);          // rows
         }
+        memory_barrier();
         _tile_loadconfig(config);
     }
     DIFFATTN_BF16_TILES ~AmxTiles() { _tile_release(); }
@@ -79,6 +80,7 @@ public:
         }
     }
     DIFFATTN_BF16_TILES void load(int t, const void* p, Index stride_bytes) {
+        memory_barrier();
         switch (t) {
             case 0: _tile_loadd(0, p, stride_bytes); break;
             case 1: _tile_loadd(1, p, stride_bytes); break;
@@ -89,6 +91,7 @@ public:
             case 6: _tile_loadd(6, p, stride_bytes); break;
             default: _tile_loadd(7, p, stride_bytes); break;
         }
+        memory_barrier();
     }
     DIFFATTN_BF16_TILES void store(int t, void* p, Index stride_bytes) {
         switch (t) {
@@ -106,6 +109,14 @@ public:
             default: _tile_dpbf16ps(3, 5, 7); break;
         }
     }
+
+private:
+    // GCC's tile intrinsics are asm statements that do not say which memory they read: ldtilecfg
+    // names 8 of its 64 bytes and tileloadd none, so GCC 12 at -O2 drops the stores of the tile
+    // sizes before ldtilecfg and may move the stores that fill an edge tile past its tileloadd. A
+    // compiler barrier before and after each keeps those stores where they are written. (Clang's
+    // builtins state their operands; there the barrier changes nothing.)
+    static void memory_barrier() { __asm__ __volatile__("" ::: "memory"); }
 };
 
 /// tdpbf16ps by its definition, on eight tiles in memory: the reference for AmxTiles.
